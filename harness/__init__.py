@@ -1,0 +1,7 @@
+"""The conformance and regression harness for vLLM's Nano-Nemotron VL model.
+
+- ``plugin``: the pytest entry point (``--target``, ``--device``, deviations, result recording).
+- ``targets``: the implementations under test behind one small interface.
+- ``inputs``: builders of valid multimodal keyword arguments for a model shell.
+- ``report``: the conformance report writers; ``conformance``: the main job's runner.
+"""

@@ -1,0 +1,48 @@
+"""Assertions shared by the suites: what a "clear error" is, and output comparisons."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+#: Exception types a user can act on. AssertionError (a bare ``assert`` in model code) and
+#: RuntimeError (torch's own errors, e.g. tensor truthiness) are not clear errors.
+CLEAR_ERROR_TYPES: tuple[type[BaseException], ...] = (ValueError, TypeError, LookupError)
+
+
+def is_clear_error(exc: BaseException, fields: Sequence[str]) -> bool:
+    """An actionable exception whose message names one of ``fields``."""
+    return isinstance(exc, CLEAR_ERROR_TYPES) and any(f in str(exc) for f in fields)
+
+
+def assert_clear_error(exc: BaseException, fields: Sequence[str]) -> None:
+    assert is_clear_error(exc, fields), (
+        f"expected a clear error (one of {[t.__name__ for t in CLEAR_ERROR_TYPES]}) naming one "
+        f"of {list(fields)}, got {type(exc).__name__}: {exc}"
+    )
+
+
+def assert_same_tensors(
+    actual: Sequence[torch.Tensor], expected: Sequence[torch.Tensor], what: str
+) -> None:
+    """Same count, and each actual tensor ``torch.equal`` to its expected one (dtype included)."""
+    assert len(actual) == len(expected), (
+        f"{what}: expected {len(expected)} outputs, got {len(actual)}"
+    )
+    for i, (a, e) in enumerate(zip(actual, expected, strict=True)):
+        assert a.dtype == e.dtype, f"{what}[{i}]: dtype {a.dtype}, expected {e.dtype}"
+        assert a.shape == e.shape, f"{what}[{i}]: shape {tuple(a.shape)}, expected {tuple(e.shape)}"
+        assert torch.equal(a.cpu(), e.cpu()), f"{what}[{i}]: values differ from the input"
+
+
+def assert_close_tensors(
+    actual: Sequence[torch.Tensor], expected: Sequence[torch.Tensor], what: str
+) -> None:
+    """Same count and shapes, values equal up to float rounding."""
+    assert len(actual) == len(expected), (
+        f"{what}: expected {len(expected)} outputs, got {len(actual)}"
+    )
+    for i, (a, e) in enumerate(zip(actual, expected, strict=True)):
+        assert a.shape == e.shape, f"{what}[{i}]: shape {tuple(a.shape)}, expected {tuple(e.shape)}"
+        torch.testing.assert_close(a.float().cpu(), e.float().cpu(), msg=f"{what}[{i}] differs")

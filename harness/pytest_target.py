@@ -1,0 +1,126 @@
+"""``--target`` and ``--device``: pick the implementation under test and where tensors live."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+
+import pytest
+import torch
+from hypothesis import HealthCheck, settings
+
+from harness.targets import (
+    TARGET_CHOICES,
+    ModelShell,
+    ShellSpec,
+    Target,
+    TargetLoadError,
+    TargetUnavailable,
+    resolve_target,
+)
+
+# Hypothesis profiles: "default" is deterministic so CI failures reproduce; "fuzz" searches long.
+settings.register_profile(
+    "default", max_examples=40, deadline=None, derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+settings.register_profile("dev", max_examples=10, deadline=None)
+settings.register_profile(
+    "fuzz", max_examples=2000, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
+
+_TARGET_KEY = pytest.StashKey[Target]()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("nemotron-vl", "Nano-Nemotron VL conformance harness")
+    group.addoption(
+        "--target",
+        default="reference",
+        help=f"implementation under test: {' | '.join(TARGET_CHOICES)} (default: reference)",
+    )
+    group.addoption(
+        "--device",
+        default="cpu",
+        choices=("cpu", "cuda"),
+        help="where tensors live, for targets that support it (default: cpu)",
+    )
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    try:
+        target = resolve_target(config.getoption("--target"))
+    except TargetLoadError as e:
+        pytest.exit(f"harness could not run: {e}", returncode=2)
+    device = config.getoption("--device")
+    if device not in target.devices:
+        pytest.exit(
+            f"harness could not run: --device: target {target.name!r} runs on "
+            f"{sorted(target.devices)}, got {device!r}",
+            returncode=2,
+        )
+    if device == "cuda" and not torch.cuda.is_available():
+        pytest.exit(
+            "harness could not run: --device cuda, but no CUDA device is visible "
+            f"(torch {torch.__version__}, CUDA build: {torch.version.cuda})",
+            returncode=2,
+        )
+    config.stash[_TARGET_KEY] = target
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    cuda = config.getoption("--device") == "cuda" and torch.cuda.is_available()
+    for item in items:
+        if item.get_closest_marker("gpu") is not None and not cuda:
+            item.add_marker(
+                pytest.mark.skip(reason="gpu check: needs a CUDA device and --device cuda")
+            )
+
+
+def current_target(config: pytest.Config) -> Target:
+    return config.stash[_TARGET_KEY]
+
+
+@pytest.fixture(scope="session")
+def target(request: pytest.FixtureRequest) -> Target:
+    """The implementation under test (``--target``), loaded on first use.
+
+    A target that is not installed skips its checks with the reason; a target that fails to load
+    (a model file whose imports the installed vLLM lacks) stops the run with one clear error and
+    exit status 2, rather than an error per check.
+    """
+    target = current_target(request.config)
+    try:
+        target.load()
+    except TargetUnavailable as e:
+        pytest.skip(f"target {target.name!r} unavailable: {e}")
+    except TargetLoadError as e:
+        pytest.exit(f"harness could not run: {e}", returncode=2)
+    return target
+
+
+@pytest.fixture(scope="session")
+def device(request: pytest.FixtureRequest) -> torch.device:
+    """Where tensors live (``--device``)."""
+    return torch.device(request.config.getoption("--device"))
+
+
+@pytest.fixture
+def make_shell(target: Target, device: torch.device) -> Callable[..., ModelShell]:
+    """Build a fresh model shell of the target: ``make_shell(video_temporal_patch_size=2)``."""
+
+    def make(**spec_fields: object) -> ModelShell:
+        try:
+            return target.build_shell(ShellSpec(**spec_fields), device)  # type: ignore[arg-type]
+        except TargetUnavailable as e:
+            pytest.skip(f"target {target.name!r} unavailable: {e}")
+
+    return make
+
+
+@pytest.fixture
+def shell(make_shell: Callable[..., ModelShell]) -> ModelShell:
+    """A model shell of the target with the default (static tiles, T = 1, audio) spec."""
+    return make_shell()

@@ -1,0 +1,157 @@
+"""The Target interface: what the suites may ask of an implementation under test.
+
+A *target* knows how to build a weight-less *model shell* of its implementation: the real
+multimodal wrapper class with recording test doubles in place of the vision and audio towers and a
+tiny embedding table in place of the language model. Suites drive shells only through this
+interface, so the same check runs against our reference, the installed vLLM, or a vLLM file from a
+pull request.
+"""
+
+from __future__ import annotations
+
+import abc
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import torch
+
+from reference_impl.config import VLConfig
+from reference_impl.tokenizer import VOCAB_SIZE
+
+Modality = Literal["images", "videos", "audios"]
+
+
+class TargetLoadError(RuntimeError):
+    """The implementation under test could not be loaded (the harness cannot run: exit 2)."""
+
+
+class TargetUnavailable(RuntimeError):
+    """The target's implementation is not installed here (its checks skip with this reason)."""
+
+
+@dataclass(frozen=True)
+class TargetIdentity:
+    """What was tested: recorded in every report."""
+
+    name: str
+    version: str
+    files: dict[str, str] = field(default_factory=dict)  # path -> sha256
+
+    def as_dict(self) -> dict[str, object]:
+        return {"name": self.name, "version": self.version, "files": dict(self.files)}
+
+
+def sha256_of(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@dataclass(frozen=True)
+class ShellSpec:
+    """Sizes of a model shell. Small enough for CPU, shaped like the real model.
+
+    The default tile is 32 px with 8 px patches: a 4 x 4 grid, pixel-shuffled to 4 embedding rows
+    per tile.
+    """
+
+    hidden_size: int = 32
+    vit_hidden_size: int = 8
+    projector_hidden_size: int = 16
+    image_size: int = 32
+    patch_size: int = 8
+    video_temporal_patch_size: int = 1
+    dynamic_resolution: bool = False
+    audio: bool = True
+    num_mel_bins: int = 8
+    audio_subsampling: int = 2
+
+    def vl_config(self) -> VLConfig:
+        return VLConfig(
+            hidden_size=self.hidden_size,
+            vocab_size=VOCAB_SIZE,
+            vit_hidden_size=self.vit_hidden_size,
+            projector_hidden_size=self.projector_hidden_size,
+            force_image_size=self.image_size,
+            patch_size=self.patch_size,
+            video_temporal_patch_size=self.video_temporal_patch_size,
+            dynamic_resolution=self.dynamic_resolution,
+            has_audio=self.audio,
+        )
+
+    @property
+    def tokens_per_tile(self) -> int:
+        return self.vl_config().num_image_token
+
+
+@dataclass(frozen=True)
+class ParsedModality:
+    """One modality of a parse result, normalised across targets."""
+
+    kind: str  # vLLM's schema ``type``: "pixel_values", "image_embeds", "video_embeds", ...
+    num_items: int
+
+
+@dataclass
+class EncoderCalls:
+    """What the recording test doubles saw since the last reset."""
+
+    vision: list[str] = field(default_factory=list)  # one entry per call: "tiles", "video", ...
+    audio: list[int] = field(default_factory=list)  # clips per call
+
+    def reset(self) -> None:
+        self.vision.clear()
+        self.audio.clear()
+
+
+class ModelShell(abc.ABC):
+    """A weight-less instance of a target's multimodal wrapper."""
+
+    def __init__(self, spec: ShellSpec, calls: EncoderCalls, device: torch.device) -> None:
+        self.spec = spec
+        self.calls = calls
+        self.device = device
+
+    @abc.abstractmethod
+    def parse(self, **kwargs: object) -> dict[str, ParsedModality]:
+        """The target's parse step, normalised; keys in the target's modality order."""
+
+    @abc.abstractmethod
+    def embed_multimodal(self, **kwargs: object) -> tuple[torch.Tensor, ...]:
+        """The target's ``embed_multimodal``, called with exactly these keyword arguments."""
+
+    def embed_multimodal_with_counts(
+        self, placeholder_counts: Sequence[int], **kwargs: object
+    ) -> tuple[torch.Tensor, ...]:
+        """``embed_multimodal`` where the prompt's placeholder counts are known.
+
+        Targets without a count check at the boundary (vLLM) just embed.
+        """
+        return self.embed_multimodal(**kwargs)
+
+
+class Target(abc.ABC):
+    """An implementation under test."""
+
+    #: devices whose tensors this target can run on
+    devices: frozenset[str] = frozenset({"cpu"})
+    #: the known-deviation file under ``fixtures/deviations/`` that applies to this target
+    deviations_name: str = ""
+
+    @property
+    @abc.abstractmethod
+    def name(self) -> str:
+        """The ``--target`` value that selects this target."""
+
+    def load(self) -> object:
+        """Import the implementation; may raise TargetUnavailable or TargetLoadError."""
+        return None
+
+    @abc.abstractmethod
+    def identity(self) -> TargetIdentity:
+        """Name, version and hashes of the files under test."""
+
+    @abc.abstractmethod
+    def build_shell(self, spec: ShellSpec, device: torch.device) -> ModelShell:
+        """A fresh model shell with recording towers."""

@@ -1,0 +1,457 @@
+"""The multimodal wrapper: parse and route inputs, ``embed_multimodal``, merge into the prompt.
+
+Glossary: ``n`` items, ``t`` static tiles, ``v`` video frames, ``g`` frame groups (frames, or
+tubelets of ``T`` frames), ``k`` embedding rows per tile or group, ``c`` audio clips, ``h`` the
+language model's hidden size, ``C`` the vision width.
+
+Mirrors vLLM's ``NemotronH_Nano_VL_V2`` (``_parse_and_validate_multimodal_inputs``,
+``embed_multimodal``, ``_process_video_input``, ``_create_final_video_embeddings``,
+``_process_audio_input``), with the post-September-2026 behaviour: precomputed embeddings of both
+images and videos are routed and passed through verbatim. Beyond upstream, every input is validated
+at the boundary, both forms of one modality together are an error rather than a silent drop, and
+known placeholder counts are checked against the embeddings' row counts.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Protocol, TypeAlias
+
+import torch
+from torch import nn
+from transformers import PreTrainedTokenizerBase
+
+from reference_impl.config import VLConfig
+from reference_impl.connector import Connector
+from reference_impl.inputs import (
+    AudioFeatureInputs,
+    ImageEmbeddingInputs,
+    ImageInputs,
+    ImagePixelDynamicInputs,
+    ImagePixelInputs,
+    InputValidationError,
+    MultiModalInputs,
+    VideoEmbeddingInputs,
+    VideoInputs,
+    VideoPixelInputs,
+    _int_list,
+    describe,
+)
+from reference_impl.processor import video_replacement_ids
+from reference_impl.tokenizer import IMG_CONTEXT
+
+# The keys that route a call to a modality. The first of them to appear (with a non-None value)
+# decides where that modality sits in the output order.
+IMAGE_KEYS = ("pixel_values_flat", "image_embeds")
+VIDEO_KEYS = ("pixel_values_flat_video", "video_embeds")
+AUDIO_KEYS = ("input_audio_features", "feature_attention_mask", "audio_num_clips")
+ROUTING_KEYS: dict[str, str] = {
+    **dict.fromkeys(IMAGE_KEYS, "images"),
+    **dict.fromkeys(VIDEO_KEYS, "videos"),
+    **dict.fromkeys(AUDIO_KEYS, "audios"),
+}
+# Keys that only make sense next to a routing key of the same modality.
+COMPANION_KEYS: dict[str, str] = {
+    "image_num_patches": "pixel_values_flat",
+    "imgs_sizes": "pixel_values_flat",
+    "num_tokens_per_image": "pixel_values_flat",
+    "video_num_patches": "pixel_values_flat_video",
+    "frames_indices": "pixel_values_flat_video",
+    "frame_duration_ms": "pixel_values_flat_video",
+}
+
+MultiModalEmbeddings: TypeAlias = tuple[torch.Tensor, ...]
+
+
+class VisionTower(Protocol):
+    """What the wrapper needs of a vision tower (RADIO, or a test double)."""
+
+    def forward_tiles(self, pixel_values: torch.Tensor) -> torch.Tensor:
+        """``[n, 3, H, W]`` tiles or frames to ``[n, gh*gw, C]`` patch features."""
+        ...
+
+    def forward_video(self, frames: torch.Tensor, temporal_patch_size: int) -> torch.Tensor:
+        """``[v, 3, H, W]`` frames of one video to ``[ceil(v/T), gh*gw, C]`` tubelet features."""
+        ...
+
+    def forward_dynamic(self, images: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        """Images ``[3, H_i, W_i]`` at their own sizes to ``[gh_i*gw_i, C]`` features each."""
+        ...
+
+
+class SoundEncoder(Protocol):
+    """What the wrapper needs of an audio tower (Parakeet + projection, or a test double)."""
+
+    def __call__(self, features: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """``[c, l, m]`` features and ``[c, l]`` mask to ``[c, l', h]`` embeddings."""
+        ...
+
+    def output_lengths(self, input_lengths: torch.Tensor) -> torch.Tensor:
+        """Valid output frames per clip for ``input_lengths`` valid input frames."""
+        ...
+
+
+class NanoNemotronVLModel(nn.Module):
+    """The multimodal half of Nano-Nemotron VL around a language model's embedding table."""
+
+    def __init__(
+        self,
+        config: VLConfig,
+        *,
+        vision_model: VisionTower,
+        embed_tokens: nn.Embedding,
+        tokenizer: PreTrainedTokenizerBase,
+        sound_encoder: SoundEncoder | None = None,
+    ) -> None:
+        super().__init__()
+        if embed_tokens.embedding_dim != config.hidden_size:
+            raise InputValidationError(
+                "embed_tokens.embedding_dim", f"hidden_size={config.hidden_size}",
+                embed_tokens.embedding_dim,
+            )
+        if config.has_audio and sound_encoder is None:
+            raise InputValidationError(
+                "sound_encoder", "an audio tower (config.has_audio is True)", None
+            )
+        self.config = config
+        self.vision_model = vision_model
+        self.connector = Connector(config)
+        self.embed_tokens = embed_tokens
+        self.tokenizer = tokenizer
+        self.sound_encoder = sound_encoder
+        self.img_context_ids = tokenizer.encode(IMG_CONTEXT, add_special_tokens=False)
+
+    # -----------------------------------------------------------------------------------------
+    # Parse and route
+
+    def parse_multimodal_inputs(self, **kwargs: object) -> MultiModalInputs:
+        """Route each keyword to its modality and build validated inputs.
+
+        Keys with a ``None`` value are ignored, as are keys that name no multimodal input. The
+        result's key order is the order in which each modality's first routing key appears.
+        """
+        present = {key: value for key, value in kwargs.items() if value is not None}
+        for key, owner in COMPANION_KEYS.items():
+            if key in present and owner not in present:
+                raise InputValidationError(key, f"to accompany {owner!r}", f"no {owner!r}")
+        parsed: MultiModalInputs = {}
+        for key in present:
+            modality = ROUTING_KEYS.get(key)
+            if modality == "images" and "images" not in parsed:
+                parsed["images"] = self._parse_images(present)
+            elif modality == "videos" and "videos" not in parsed:
+                parsed["videos"] = self._parse_videos(present)
+            elif modality == "audios" and "audios" not in parsed:
+                parsed["audios"] = self._parse_audios(present)
+        return parsed
+
+    def _parse_images(self, kw: Mapping[str, object]) -> ImageInputs:
+        embeds, pixels = kw.get("image_embeds"), kw.get("pixel_values_flat")
+        if embeds is not None and pixels is not None:
+            raise InputValidationError(
+                "image_embeds", "either image_embeds or pixel_values_flat, not both", "both"
+            )
+        if embeds is not None:
+            emb = ImageEmbeddingInputs(data=_embedding_data("image_embeds", embeds))
+            emb.validate(self.config.hidden_size)
+            return emb
+        if self.config.dynamic_resolution:
+            images = _image_list("pixel_values_flat", pixels)
+            sizes = _sizes_list("imgs_sizes", _required(kw, "imgs_sizes", "pixel_values_flat"))
+            tokens = _int_list(
+                "num_tokens_per_image",
+                _required(kw, "num_tokens_per_image", "pixel_values_flat"),
+            )
+            dyn = ImagePixelDynamicInputs(
+                pixel_values=images, imgs_sizes=sizes, num_tokens_per_image=tokens
+            )
+            dyn.validate(self.config.patch_size, self.config.shuffle_factor)
+            return dyn
+        static = ImagePixelInputs(
+            pixel_values_flat=pixels,  # type: ignore[arg-type]  # validated just below
+            num_patches=_int_list(
+                "image_num_patches", _required(kw, "image_num_patches", "pixel_values_flat")
+            ),
+        )
+        static.validate(self.config.force_image_size)
+        return static
+
+    def _parse_videos(self, kw: Mapping[str, object]) -> VideoInputs:
+        embeds, pixels = kw.get("video_embeds"), kw.get("pixel_values_flat_video")
+        if embeds is not None and pixels is not None:
+            raise InputValidationError(
+                "video_embeds", "either video_embeds or pixel_values_flat_video, not both", "both"
+            )
+        if embeds is not None:
+            emb = VideoEmbeddingInputs(data=_embedding_data("video_embeds", embeds))
+            emb.validate(self.config.hidden_size)
+            return emb
+        if isinstance(pixels, (list, tuple)):
+            # One [f_i, 3, H, W] tensor per video (same H, W): concatenate the frames.
+            frames = _image_list("pixel_values_flat_video", pixels)
+            pixels = torch.cat(frames) if all(f.ndim == 4 for f in frames) else pixels
+        elif isinstance(pixels, torch.Tensor) and pixels.ndim == 5:
+            pixels = pixels.flatten(0, 1)  # [n, f, 3, H, W] -> [n*f, 3, H, W]
+        video = VideoPixelInputs(
+            pixel_values_flat=pixels,  # type: ignore[arg-type]  # validated just below
+            num_frames=_int_list(
+                "video_num_patches", _required(kw, "video_num_patches", "pixel_values_flat_video")
+            ),
+            frames_indices=_flat_int_list(
+                "frames_indices", _required(kw, "frames_indices", "pixel_values_flat_video")
+            ),
+            frame_duration_ms=_flat_int_list(
+                "frame_duration_ms", _required(kw, "frame_duration_ms", "pixel_values_flat_video")
+            ),
+        )
+        video.validate(self.config.patch_size, self.config.shuffle_factor)
+        return video
+
+    def _parse_audios(self, kw: Mapping[str, object]) -> AudioFeatureInputs:
+        if self.sound_encoder is None:
+            raise InputValidationError(
+                "input_audio_features", "no audio input (this model has no sound_config)", "audio"
+            )
+        features = _required(kw, "input_audio_features", "audio inputs")
+        mask = _required(kw, "feature_attention_mask", "audio inputs")
+        audio = AudioFeatureInputs(
+            input_audio_features=features,  # type: ignore[arg-type]  # validated just below
+            feature_attention_mask=mask,  # type: ignore[arg-type]
+            audio_num_clips=_int_list(
+                "audio_num_clips", _required(kw, "audio_num_clips", "audio inputs")
+            ),
+        )
+        audio.validate()
+        return audio
+
+    # -----------------------------------------------------------------------------------------
+    # Embed
+
+    def embed_multimodal(
+        self, *, placeholder_counts: Sequence[int] | None = None, **kwargs: object
+    ) -> MultiModalEmbeddings:
+        """One ``[f_i, h]`` tensor per item, modalities in first-key order.
+
+        Precomputed embeddings are returned verbatim (the rows of a stacked ``[n, f, h]`` tensor,
+        or the list's tensors); pixels and audio features go through the towers held here.
+
+        Args:
+            placeholder_counts: when the prompt's placeholder count of each item is known (one
+                int per output, in output order), mismatching row counts raise here instead of
+                in the merge.
+        """
+        parsed = self.parse_multimodal_inputs(**kwargs)
+        outputs: list[torch.Tensor] = []
+        sources: list[str] = []
+        for modality, inputs in parsed.items():
+            if isinstance(inputs, (ImageEmbeddingInputs, VideoEmbeddingInputs)):
+                items = list(inputs.data)  # verbatim: no encoder
+            elif isinstance(inputs, ImagePixelInputs):
+                items = self._embed_image_tiles(inputs)
+            elif isinstance(inputs, ImagePixelDynamicInputs):
+                items = self._embed_images_dynamic(inputs)
+            elif isinstance(inputs, VideoPixelInputs):
+                items = self._embed_videos(inputs)
+            elif isinstance(inputs, AudioFeatureInputs):
+                items = self._embed_audios(inputs)
+            else:  # pragma: no cover - the parse result is exhaustive
+                raise TypeError(f"unknown {modality} inputs {type(inputs).__name__}")
+            key = inputs.kind if isinstance(inputs, (ImageEmbeddingInputs,
+                                                     VideoEmbeddingInputs)) else modality
+            outputs += items
+            sources += [f"{key}[{i}]" for i in range(len(items))]
+        if placeholder_counts is not None:
+            check_placeholder_counts(outputs, sources, placeholder_counts)
+        return tuple(outputs)
+
+    def _embed_frames(self, pixel_values: torch.Tensor) -> torch.Tensor:
+        """``[n, 3, H, W]`` tiles or frames to ``[n, k, h]``."""
+        p = self.config.patch_size
+        grid = (pixel_values.shape[-2] // p, pixel_values.shape[-1] // p)
+        features = self.vision_model.forward_tiles(pixel_values)
+        return self.connector(features, grid)
+
+    def _embed_image_tiles(self, inputs: ImagePixelInputs) -> list[torch.Tensor]:
+        per_tile = self._embed_frames(inputs.pixel_values_flat)  # [t, k, h]
+        return [
+            tiles.reshape(-1, self.config.hidden_size)
+            for tiles in per_tile.split(inputs.num_patches)
+        ]
+
+    def _embed_images_dynamic(self, inputs: ImagePixelDynamicInputs) -> list[torch.Tensor]:
+        p = self.config.patch_size
+        features = self.vision_model.forward_dynamic(inputs.pixel_values)
+        return [
+            self.connector(f.unsqueeze(0), (h // p, w // p)).reshape(-1, self.config.hidden_size)
+            for f, (h, w) in zip(features, inputs.imgs_sizes, strict=True)
+        ]
+
+    def _embed_videos(self, inputs: VideoPixelInputs) -> list[torch.Tensor]:
+        t = self.config.video_temporal_patch_size
+        frames_per_video = inputs.pixel_values_flat.split(inputs.num_frames)
+        indices_per_video = _split_list(inputs.frames_indices, inputs.num_frames)
+        p = self.config.patch_size
+        out = []
+        for i, frames in enumerate(frames_per_video):
+            if t > 1:
+                grid = (frames.shape[-2] // p, frames.shape[-1] // p)
+                groups = self.connector(self.vision_model.forward_video(frames, t), grid)
+            else:
+                groups = self._embed_frames(frames)  # [g, k, h], one group per frame
+            expected_groups = math.ceil(len(frames) / t)
+            if groups.shape[0] != expected_groups:
+                raise InputValidationError(
+                    "vision_model.forward_video", f"{expected_groups} tubelets", groups.shape[0]
+                )
+            out.append(
+                self._video_embeddings_with_text(
+                    groups, indices_per_video[i], inputs.frame_duration_ms[i]
+                )
+            )
+        return out
+
+    def _video_embeddings_with_text(
+        self, groups: torch.Tensor, frames_indices: Sequence[int], frame_duration_ms: int
+    ) -> torch.Tensor:
+        """Fill one video's whole replacement: text embeddings at separator and tag positions,
+        the ``[g, k, h]`` vision embeddings at the ``<image>`` positions.
+
+        These tokens are made here, not by the scheduler, so they are embedded with the base
+        embedding table (no LoRA index-mapping entry exists for them).
+        """
+        g, k, _ = groups.shape
+        ids = video_replacement_ids(
+            self.tokenizer,
+            [k] * g,
+            frames_indices,
+            frame_duration_ms,
+            self.config.video_temporal_patch_size,
+        )
+        device = groups.device
+        ids_t = torch.tensor(ids, device=device)
+        is_context = torch.isin(ids_t, torch.tensor(self.img_context_ids, device=device))
+        text = self.embed_tokens(ids_t).to(groups.dtype)
+        return merge_multimodal_embeddings(text, (groups.reshape(-1, groups.shape[-1]),),
+                                           is_context)
+
+    def _embed_audios(self, inputs: AudioFeatureInputs) -> list[torch.Tensor]:
+        assert self.sound_encoder is not None  # _parse_audios checked it
+        embeds = self.sound_encoder(inputs.input_audio_features, inputs.feature_attention_mask)
+        lengths = self.sound_encoder.output_lengths(inputs.feature_attention_mask.sum(1))
+        out, clip = [], 0
+        for num_clips in inputs.audio_num_clips:
+            valid = [embeds[c, : int(lengths[c])] for c in range(clip, clip + num_clips)]
+            out.append(torch.cat(valid))
+            clip += num_clips
+        return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Merge
+
+
+def merge_multimodal_embeddings(
+    inputs_embeds: torch.Tensor,
+    multimodal_embeddings: Sequence[torch.Tensor],
+    is_multimodal: torch.Tensor,
+) -> torch.Tensor:
+    """Overwrite the placeholder rows of ``inputs_embeds [L, h]`` with the items' rows, in order.
+
+    Raises :class:`InputValidationError` when the rows do not match the placeholders in number.
+    """
+    if len(multimodal_embeddings) == 0:
+        return inputs_embeds
+    rows = torch.cat([e.reshape(-1, e.shape[-1]) for e in multimodal_embeddings])
+    slots = int(is_multimodal.sum())
+    if rows.shape[0] != slots:
+        counts = " + ".join(str(e.shape[0]) for e in multimodal_embeddings)
+        raise InputValidationError(
+            "multimodal_embeddings", f"{slots} rows (the placeholder count)",
+            f"{counts} = {rows.shape[0]} rows",
+        )
+    out = inputs_embeds.clone()
+    out[is_multimodal] = rows.to(out.dtype)
+    return out
+
+
+def check_placeholder_counts(
+    outputs: Sequence[torch.Tensor], sources: Sequence[str], placeholder_counts: Sequence[int]
+) -> None:
+    """Each output's row count must equal its item's placeholder count."""
+    if len(placeholder_counts) != len(outputs):
+        raise InputValidationError(
+            "placeholder_counts", f"{len(outputs)} counts (one per item)", len(placeholder_counts)
+        )
+    for out, source, count in zip(outputs, sources, placeholder_counts, strict=True):
+        if out.shape[0] != count:
+            raise InputValidationError(
+                source, f"{count} rows (its placeholder count)", f"{out.shape[0]} rows"
+            )
+
+
+# ---------------------------------------------------------------------------------------------
+# Coercion helpers: accept the forms vLLM's batching produces, reject everything else clearly.
+
+
+def _required(kw: Mapping[str, object], key: str, owner: str) -> object:
+    value = kw.get(key)
+    if value is None:
+        raise InputValidationError(key, f"present with {owner}", "missing")
+    return value
+
+
+def _embedding_data(field: str, value: object) -> torch.Tensor | list[torch.Tensor]:
+    if isinstance(value, torch.Tensor):
+        return value
+    if isinstance(value, (list, tuple)):
+        return list(value)
+    raise InputValidationError(
+        field, "a [n, f, h] tensor or a list of [f_i, h] tensors", describe(value)
+    )
+
+
+def _image_list(field: str, value: object) -> list[torch.Tensor]:
+    if isinstance(value, torch.Tensor) and value.ndim == 4:
+        return list(value.unbind(0))
+    if isinstance(value, (list, tuple)) and all(isinstance(v, torch.Tensor) for v in value):
+        return list(value)
+    raise InputValidationError(
+        field, "a list of [3, H, W] tensors or a [n, 3, H, W] tensor", describe(value)
+    )
+
+
+def _sizes_list(field: str, value: object) -> list[tuple[int, int]]:
+    if isinstance(value, torch.Tensor):
+        value = value.tolist()
+    if isinstance(value, (list, tuple)) and all(
+        isinstance(s, (list, tuple)) and len(s) == 2 and all(isinstance(x, int) for x in s)
+        for s in value
+    ):
+        return [(int(s[0]), int(s[1])) for s in value]
+    raise InputValidationError(field, "a list of (height, width) int pairs", describe(value))
+
+
+def _flat_int_list(field: str, value: object) -> list[int]:
+    """An int tensor of any rank, or a list of int tensors / ints, flattened."""
+    if isinstance(value, torch.Tensor):
+        return _int_list(field, value.flatten())
+    if isinstance(value, (list, tuple)):
+        out: list[int] = []
+        for i, v in enumerate(value):
+            if isinstance(v, torch.Tensor):
+                out += _int_list(f"{field}[{i}]", v.flatten())
+            elif isinstance(v, int) and not isinstance(v, bool):
+                out.append(v)
+            else:
+                raise InputValidationError(f"{field}[{i}]", "an int or int tensor", describe(v))
+        return out
+    raise InputValidationError(field, "an int tensor or a list of them", describe(value))
+
+
+def _split_list(values: Sequence[int], sizes: Sequence[int]) -> list[list[int]]:
+    out, start = [], 0
+    for size in sizes:
+        out.append(list(values[start : start + size]))
+        start += size
+    return out
