@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+from collections.abc import Iterator, Sequence
 
 import torch
 
@@ -21,6 +22,19 @@ def assert_clear_error(exc: BaseException, fields: Sequence[str]) -> None:
         f"expected a clear error (one of {[t.__name__ for t in CLEAR_ERROR_TYPES]}) naming one "
         f"of {list(fields)}, got {type(exc).__name__}: {exc}"
     )
+
+
+@contextlib.contextmanager
+def raises_clear_error(*fields: str) -> Iterator[None]:
+    """The block must raise a clear error naming one of ``fields`` (any other outcome fails)."""
+    try:
+        yield
+    except Exception as exc:
+        assert_clear_error(exc, fields)
+    else:
+        raise AssertionError(
+            f"expected a clear error naming one of {list(fields)}; the call succeeded"
+        )
 
 
 def assert_same_tensors(

@@ -44,7 +44,9 @@ def load_deviations(path: Path) -> dict[str, Deviation]:
         raise DeviationFileError(f"{path}: not valid TOML: {e}") from e
     unknown = set(data) - {"deviation"}
     if unknown:
-        raise DeviationFileError(f"{path}: expected only [[deviation]] tables, got {sorted(unknown)}")
+        raise DeviationFileError(
+            f"{path}: expected only [[deviation]] tables, got {sorted(unknown)}"
+        )
     entries: dict[str, Deviation] = {}
     for i, entry in enumerate(data.get("deviation", [])):
         where = f"{path}: deviation #{i + 1}"
@@ -54,9 +56,13 @@ def load_deviations(path: Path) -> dict[str, Deviation]:
             )
         check, reason = entry["check"], entry["reason"]
         if not isinstance(check, str) or "::" not in check:
-            raise DeviationFileError(f"{where}: check: expected a test id 'path::name', got {check!r}")
+            raise DeviationFileError(
+                f"{where}: check: expected a test id 'path::name', got {check!r}"
+            )
         if not isinstance(reason, str) or not reason.strip():
-            raise DeviationFileError(f"{where}: reason: expected a non-empty string, got {reason!r}")
+            raise DeviationFileError(
+                f"{where}: reason: expected a non-empty string, got {reason!r}"
+            )
         if check in entries:
             raise DeviationFileError(f"{where}: check {check!r} is listed twice")
         entries[check] = Deviation(check=check, reason=reason.strip())

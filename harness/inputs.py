@@ -125,9 +125,7 @@ def video_pixels(
     kwargs: dict[str, object] = {
         "pixel_values_flat_video": torch.randn(total, 3, s, s, generator=g),
         "video_num_patches": torch.tensor(list(frames_per_video), dtype=torch.int64),
-        "frames_indices": torch.cat(
-            [torch.arange(n, dtype=torch.int64) for n in frames_per_video]
-        ),
+        "frames_indices": torch.cat([torch.arange(n, dtype=torch.int64) for n in frames_per_video]),
         "frame_duration_ms": torch.tensor(
             [int(1000 / fps)] * len(frames_per_video), dtype=torch.int64
         ),

@@ -51,4 +51,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 def stale_deviations(config: pytest.Config) -> list[str]:
     """Entries that matched no collected check (renamed or removed checks)."""
-    return sorted(set(config.stash[DEVIATIONS_KEY]) - config.stash[APPLIED_KEY])
+    listed: dict[str, Deviation] = config.stash[DEVIATIONS_KEY]
+    applied: set[str] = config.stash[APPLIED_KEY]
+    return sorted(set(listed) - applied)

@@ -21,7 +21,10 @@ from harness.targets import (
 
 # Hypothesis profiles: "default" is deterministic so CI failures reproduce; "fuzz" searches long.
 settings.register_profile(
-    "default", max_examples=40, deadline=None, derandomize=True,
+    "default",
+    max_examples=40,
+    deadline=None,
+    derandomize=True,
     suppress_health_check=[HealthCheck.too_slow],
 )
 settings.register_profile("dev", max_examples=10, deadline=None)

@@ -41,16 +41,16 @@ class Request:
 
 
 @st.composite
-def input_groups(
-    draw: st.DrawFn, spec: ShellSpec, form: str, *, ragged: bool = True
-) -> InputGroup:
+def input_groups(draw: st.DrawFn, spec: ShellSpec, form: str, *, ragged: bool = True) -> InputGroup:
     """One group of ``form``; embedding lists have per-item row counts when ``ragged``."""
     seed = draw(st.integers(0, 2**16))
     n = draw(st.integers(1, 3))
     if form in ("image_embeds", "video_embeds"):
         stacked = draw(st.booleans())
-        rows = [draw(st.integers(1, 4))] * n if stacked or not ragged else draw(
-            st.lists(st.integers(1, 4), min_size=n, max_size=n)
+        rows = (
+            [draw(st.integers(1, 4))] * n
+            if stacked or not ragged
+            else draw(st.lists(st.integers(1, 4), min_size=n, max_size=n))
         )
         return inputs.embeddings(spec, form, rows, stacked=stacked, seed=seed)
     if form == "pixel_values_flat":

@@ -1,4 +1,6 @@
-"""A readable PyTorch reference implementation of Nano-Nemotron VL (vLLM's ``NemotronH_Nano_VL_V2``).
+"""A readable PyTorch reference implementation of Nano-Nemotron VL.
+
+The model vLLM serves as ``NemotronH_Nano_VL_V2``.
 
 Written from the published architecture brief; no vLLM imports, no pytest. One file per question:
 

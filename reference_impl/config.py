@@ -1,12 +1,12 @@
 """Configuration of the multimodal wrapper.
 
-One dataclass flows top-down into every constructor. Field names follow the checkpoint's top-level
-config (``force_image_size``, ``patch_size``, ``downsample_ratio``, ...); derived sizes are computed in
-``__post_init__`` so no module recomputes them.
+One dataclass flows top-down into every constructor. Field names follow the checkpoint's
+top-level config (``force_image_size``, ``patch_size``, ``downsample_ratio``, ...); derived sizes
+are computed in ``__post_init__`` so no module recomputes them.
 
-This slice carries the fields the input layer, the connector and the video path read. The language
-model (``text_config``), RADIO (``vision_config``) and Parakeet (``sound_config``) configs arrive with
-the full reference model.
+This slice carries the fields the input layer, the connector and the video path read. The
+language model (``text_config``), RADIO (``vision_config``) and Parakeet (``sound_config``)
+configs arrive with the full reference model.
 """
 
 from __future__ import annotations
@@ -76,7 +76,9 @@ class VLConfig:
             raise ConfigError("downsample_ratio", "a float in (0, 1]", self.downsample_ratio)
         r = round(1 / self.downsample_ratio)
         if not math.isclose(r * self.downsample_ratio, 1.0):
-            raise ConfigError("downsample_ratio", "the reciprocal of an integer", self.downsample_ratio)
+            raise ConfigError(
+                "downsample_ratio", "the reciprocal of an integer", self.downsample_ratio
+            )
         if self.ps_version not in ("v1", "v2"):
             raise ConfigError("ps_version", "'v1' or 'v2'", self.ps_version)
         if self.force_image_size % self.patch_size != 0:

@@ -90,6 +90,6 @@ class Connector(nn.Module):
         x = features.reshape(n, gh, gw, -1)
         x = pixel_shuffle(x, self.config.shuffle_factor, self.config.ps_version)
         x = x.reshape(n, -1, x.shape[-1])
-        dtype = self.mlp1[1].weight.dtype
+        dtype = next(self.mlp1.parameters()).dtype
         out: torch.Tensor = self.mlp1(x.to(dtype))
         return out

@@ -180,7 +180,9 @@ class ImagePixelDynamicInputs:
             _require_floating(field, image)
             if size[0] % step or size[1] % step:
                 raise InputValidationError(
-                    f"imgs_sizes[{i}]", f"(H, W) multiples of patch_size*{shuffle_factor}={step}", size
+                    f"imgs_sizes[{i}]",
+                    f"(H, W) multiples of patch_size*{shuffle_factor}={step}",
+                    size,
                 )
             tokens = (size[0] // patch_size) * (size[1] // patch_size) // shuffle_factor**2
             if self.num_tokens_per_image[i] != tokens:
@@ -291,7 +293,9 @@ class AudioFeatureInputs:
         dims.check("feature_attention_mask", self.feature_attention_mask, ("c", "l"))
         if self.feature_attention_mask.is_floating_point():
             raise InputValidationError(
-                "feature_attention_mask", "a bool or integer dtype", self.feature_attention_mask.dtype
+                "feature_attention_mask",
+                "a bool or integer dtype",
+                self.feature_attention_mask.dtype,
             )
         _positive("audio_num_clips", self.audio_num_clips)
         dims.bind("sum(audio_num_clips)", "c", sum(self.audio_num_clips))

@@ -107,7 +107,8 @@ class NanoNemotronVLModel(nn.Module):
         super().__init__()
         if embed_tokens.embedding_dim != config.hidden_size:
             raise InputValidationError(
-                "embed_tokens.embedding_dim", f"hidden_size={config.hidden_size}",
+                "embed_tokens.embedding_dim",
+                f"hidden_size={config.hidden_size}",
                 embed_tokens.embedding_dim,
             )
         if config.has_audio and sound_encoder is None:
@@ -257,8 +258,11 @@ class NanoNemotronVLModel(nn.Module):
                 items = self._embed_audios(inputs)
             else:  # pragma: no cover - the parse result is exhaustive
                 raise TypeError(f"unknown {modality} inputs {type(inputs).__name__}")
-            key = inputs.kind if isinstance(inputs, (ImageEmbeddingInputs,
-                                                     VideoEmbeddingInputs)) else modality
+            key = (
+                inputs.kind
+                if isinstance(inputs, (ImageEmbeddingInputs, VideoEmbeddingInputs))
+                else modality
+            )
             outputs += items
             sources += [f"{key}[{i}]" for i in range(len(items))]
         if placeholder_counts is not None:
@@ -270,13 +274,14 @@ class NanoNemotronVLModel(nn.Module):
         p = self.config.patch_size
         grid = (pixel_values.shape[-2] // p, pixel_values.shape[-1] // p)
         features = self.vision_model.forward_tiles(pixel_values)
-        return self.connector(features, grid)
+        out: torch.Tensor = self.connector(features, grid)
+        return out
 
     def _embed_image_tiles(self, inputs: ImagePixelInputs) -> list[torch.Tensor]:
         per_tile = self._embed_frames(inputs.pixel_values_flat)  # [t, k, h]
         return [
             tiles.reshape(-1, self.config.hidden_size)
-            for tiles in per_tile.split(inputs.num_patches)
+            for tiles in torch.split(per_tile, inputs.num_patches)
         ]
 
     def _embed_images_dynamic(self, inputs: ImagePixelDynamicInputs) -> list[torch.Tensor]:
@@ -289,7 +294,7 @@ class NanoNemotronVLModel(nn.Module):
 
     def _embed_videos(self, inputs: VideoPixelInputs) -> list[torch.Tensor]:
         t = self.config.video_temporal_patch_size
-        frames_per_video = inputs.pixel_values_flat.split(inputs.num_frames)
+        frames_per_video = torch.split(inputs.pixel_values_flat, inputs.num_frames)
         indices_per_video = _split_list(inputs.frames_indices, inputs.num_frames)
         p = self.config.patch_size
         out = []
@@ -332,8 +337,9 @@ class NanoNemotronVLModel(nn.Module):
         ids_t = torch.tensor(ids, device=device)
         is_context = torch.isin(ids_t, torch.tensor(self.img_context_ids, device=device))
         text = self.embed_tokens(ids_t).to(groups.dtype)
-        return merge_multimodal_embeddings(text, (groups.reshape(-1, groups.shape[-1]),),
-                                           is_context)
+        return merge_multimodal_embeddings(
+            text, (groups.reshape(-1, groups.shape[-1]),), is_context
+        )
 
     def _embed_audios(self, inputs: AudioFeatureInputs) -> list[torch.Tensor]:
         assert self.sound_encoder is not None  # _parse_audios checked it
@@ -367,7 +373,8 @@ def merge_multimodal_embeddings(
     if rows.shape[0] != slots:
         counts = " + ".join(str(e.shape[0]) for e in multimodal_embeddings)
         raise InputValidationError(
-            "multimodal_embeddings", f"{slots} rows (the placeholder count)",
+            "multimodal_embeddings",
+            f"{slots} rows (the placeholder count)",
             f"{counts} = {rows.shape[0]} rows",
         )
     out = inputs_embeds.clone()

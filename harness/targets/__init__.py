@@ -39,9 +39,7 @@ def resolve_target(value: str) -> Target:
 
         paths = [Path(p) for p in value.removeprefix("vllm-file:").split(",") if p]
         return VllmFileTarget(paths)
-    raise TargetLoadError(
-        f"--target: expected one of {', '.join(TARGET_CHOICES)}, got {value!r}"
-    )
+    raise TargetLoadError(f"--target: expected one of {', '.join(TARGET_CHOICES)}, got {value!r}")
 
 
 __all__ = [

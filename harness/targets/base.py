@@ -113,13 +113,14 @@ class ModelShell(abc.ABC):
         self.calls = calls
         self.device = device
 
-    @abc.abstractmethod
     def parse(self, **kwargs: object) -> dict[str, ParsedModality]:
         """The target's parse step, normalised; keys in the target's modality order."""
+        return self._parse(**self.on_device(kwargs))
 
-    @abc.abstractmethod
     def embed_multimodal(self, **kwargs: object) -> tuple[torch.Tensor, ...]:
-        """The target's ``embed_multimodal``, called with exactly these keyword arguments."""
+        """The target's ``embed_multimodal``, called with these keyword arguments (tensors moved
+        to the shell's device)."""
+        return self._embed(None, **self.on_device(kwargs))
 
     def embed_multimodal_with_counts(
         self, placeholder_counts: Sequence[int], **kwargs: object
@@ -128,7 +129,29 @@ class ModelShell(abc.ABC):
 
         Targets without a count check at the boundary (vLLM) just embed.
         """
-        return self.embed_multimodal(**kwargs)
+        return self._embed(list(placeholder_counts), **self.on_device(kwargs))
+
+    def on_device(self, kwargs: dict[str, object]) -> dict[str, object]:
+        """Tensors (and lists or tuples of tensors) moved to the shell's device; order kept."""
+
+        def move(value: object) -> object:
+            if isinstance(value, torch.Tensor):
+                return value.to(self.device)
+            if isinstance(value, list):
+                return [move(v) for v in value]
+            if isinstance(value, tuple):
+                return tuple(move(v) for v in value)
+            return value
+
+        return {key: move(value) for key, value in kwargs.items()}
+
+    @abc.abstractmethod
+    def _parse(self, **kwargs: object) -> dict[str, ParsedModality]: ...
+
+    @abc.abstractmethod
+    def _embed(
+        self, placeholder_counts: list[int] | None, **kwargs: object
+    ) -> tuple[torch.Tensor, ...]: ...
 
 
 class Target(abc.ABC):

@@ -45,7 +45,9 @@ class FakeVisionCore(nn.Module):
         self.embedder = _seeded_linear(3 * spec.patch_size**2, spec.vit_hidden_size, seed)
 
     def tiles(self, pixel_values: torch.Tensor) -> torch.Tensor:
-        return self.embedder(patchify(pixel_values, self.spec.patch_size).to(self.embedder.weight))
+        patches = patchify(pixel_values, self.spec.patch_size).to(self.embedder.weight)
+        out: torch.Tensor = self.embedder(patches)
+        return out
 
     def tubelets(self, frames: torch.Tensor, t: int) -> torch.Tensor:
         pad = math.ceil(len(frames) / t) * t - len(frames)
@@ -129,7 +131,8 @@ class FakeSoundEncoder(nn.Module):
     def forward(self, features: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         self.calls.audio.append(int(features.shape[0]))
         x = features[:, :: self.encoder.stride] * mask[:, :: self.encoder.stride, None]
-        return self.proj(x.to(self.proj.weight))
+        out: torch.Tensor = self.proj(x.to(self.proj.weight))
+        return out
 
     def output_lengths(self, input_lengths: torch.Tensor) -> torch.Tensor:
         return self.encoder._get_subsampling_output_length(input_lengths)

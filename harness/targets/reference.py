@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from importlib import metadata
 from pathlib import Path
 
@@ -31,7 +30,9 @@ class ReferenceShell(ModelShell):
         core = FakeVisionCore(spec, calls)
         embed = nn.Embedding(VOCAB_SIZE, spec.hidden_size)
         with torch.no_grad():
-            embed.weight.copy_(torch.randn(embed.weight.shape, generator=torch.Generator().manual_seed(7)))
+            embed.weight.copy_(
+                torch.randn(embed.weight.shape, generator=torch.Generator().manual_seed(7))
+            )
         self.model = NanoNemotronVLModel(
             spec.vl_config(),
             vision_model=FakeVisionTower(core),
@@ -40,15 +41,16 @@ class ReferenceShell(ModelShell):
             sound_encoder=FakeSoundEncoder(spec, calls) if spec.audio else None,
         ).to(device)
 
-    def parse(self, **kwargs: object) -> dict[str, ParsedModality]:
+    def _parse(self, **kwargs: object) -> dict[str, ParsedModality]:
         parsed = self.model.parse_multimodal_inputs(**kwargs)
-        return {m: ParsedModality(i.kind, i.num_items) for m, i in parsed.items()}
+        normalised: dict[str, ParsedModality] = {}
+        for modality in parsed:
+            inputs = parsed[modality]  # type: ignore[literal-required]  # keys of the TypedDict
+            normalised[modality] = ParsedModality(inputs.kind, inputs.num_items)
+        return normalised
 
-    def embed_multimodal(self, **kwargs: object) -> tuple[torch.Tensor, ...]:
-        return self.model.embed_multimodal(**kwargs)
-
-    def embed_multimodal_with_counts(
-        self, placeholder_counts: Sequence[int], **kwargs: object
+    def _embed(
+        self, placeholder_counts: list[int] | None, **kwargs: object
     ) -> tuple[torch.Tensor, ...]:
         return self.model.embed_multimodal(placeholder_counts=placeholder_counts, **kwargs)
 
@@ -67,9 +69,7 @@ class ReferenceTarget(Target):
             version = metadata.version("nemotron-vl-conformance")
         except metadata.PackageNotFoundError:
             version = "source tree"
-        files = {
-            f"reference_impl/{p.name}": sha256_of(p) for p in sorted(root.glob("*.py"))
-        }
+        files = {f"reference_impl/{p.name}": sha256_of(p) for p in sorted(root.glob("*.py"))}
         return TargetIdentity(name="reference", version=version, files=files)
 
     def build_shell(self, spec: ShellSpec, device: torch.device) -> ModelShell:

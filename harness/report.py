@@ -1,0 +1,169 @@
+"""The conformance report: one row per check, one column per target run.
+
+Input: the per-target results the pytest plugin writes (``--results-json``). Output:
+``conformance.json`` (everything, machine-readable) and ``conformance.md`` (for people and CI
+summaries), including each target's identity (name, version, file hashes) and known deviations.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+#: Outcomes that make a run fail (exit status 1).
+FAILING = ("fail", "error", "xpass")
+SHORT_PREFIX = "suites/conformance/"
+
+
+@dataclass(frozen=True)
+class TargetRun:
+    """One target's pytest run: what the plugin wrote, or why nothing usable came back."""
+
+    selector: str
+    exit_status: int
+    results: dict[str, Any] | None
+    problem: str = ""  # set when the harness could not run this target
+
+    @property
+    def label(self) -> str:
+        if self.results is not None:
+            return str(self.results["target"]["name"])
+        return self.selector
+
+
+def _cell(check: dict[str, Any] | None) -> str:
+    if check is None:
+        return "—"
+    outcome, reason = check["outcome"], check.get("reason", "")
+    if outcome == "pass":
+        return "pass"
+    label = {"fail": "**FAIL**", "error": "**ERROR**", "xpass": "**XPASS**"}.get(outcome, outcome)
+    reason = " ".join(reason.split())
+    if len(reason) > 160:
+        reason = reason[:157] + "..."
+    return f"{label}: {reason}".replace("|", "\\|") if reason else label
+
+
+def summarize(run: TargetRun) -> dict[str, int]:
+    counts = {k: 0 for k in ("pass", "fail", "xfail", "xpass", "skip", "error")}
+    for check in (run.results or {}).get("checks", []):
+        counts[check["outcome"]] = counts.get(check["outcome"], 0) + 1
+    return counts
+
+
+def run_status(run: TargetRun) -> str:
+    """``ok``, ``failed`` (a check failed) or ``could not run``."""
+    if run.results is None or run.problem:
+        return "could not run"
+    if any(summarize(run)[o] for o in FAILING) or run.exit_status not in (0, 5):
+        return "failed"
+    return "ok"
+
+
+def build_report(runs: Sequence[TargetRun], command: str = "") -> dict[str, Any]:
+    check_ids: list[str] = []
+    for run in runs:
+        for check in (run.results or {}).get("checks", []):
+            if check["id"] not in check_ids:
+                check_ids.append(check["id"])
+    by_run = [{c["id"]: c for c in (run.results or {}).get("checks", [])} for run in runs]
+    return {
+        "generated": datetime.now(UTC).isoformat(timespec="seconds"),
+        "command": command,
+        "targets": [
+            {
+                "selector": run.selector,
+                "identity": (run.results or {}).get("target"),
+                "device": (run.results or {}).get("device"),
+                "pytest_exit_status": run.exit_status,
+                "status": run_status(run),
+                "problem": run.problem,
+                "summary": summarize(run),
+                "stale_deviations": (run.results or {}).get("stale_deviations", []),
+            }
+            for run in runs
+        ],
+        "checks": [
+            {
+                "id": check_id,
+                "results": {
+                    run.selector: results.get(check_id)
+                    for run, results in zip(runs, by_run, strict=True)
+                },
+            }
+            for check_id in sorted(check_ids)
+        ],
+    }
+
+
+def exit_status(report: dict[str, Any]) -> int:
+    """0: every check passed or failed as a known deviation; 1: a check failed; 2: a target
+    could not be run."""
+    statuses = [t["status"] for t in report["targets"]]
+    if not statuses or "could not run" in statuses:
+        return 2
+    return 1 if "failed" in statuses else 0
+
+
+def render_markdown(report: dict[str, Any]) -> str:
+    targets = report["targets"]
+    lines = [
+        "# Nano-Nemotron VL conformance report",
+        "",
+        f"Generated {report['generated']}"
+        + (f" by `{report['command']}`" if report["command"] else "")
+        + ".",
+        f"Overall: **{['ok', 'a check failed', 'a target could not run'][exit_status(report)]}** "
+        f"(exit status {exit_status(report)}).",
+        "",
+        "## Targets",
+        "",
+        "| target | version | device | status | pass | fail | expected-fail | unexpected pass"
+        " | skip | error |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for t in targets:
+        ident = t["identity"] or {}
+        s = t["summary"]
+        lines.append(
+            f"| `{t['selector']}` | {ident.get('version', '?')} | {t['device'] or '?'} | "
+            f"{t['status']} | {s['pass']} | {s['fail']} | {s['xfail']} | {s['xpass']} | "
+            f"{s['skip']} | {s['error']} |"
+        )
+    for t in targets:
+        if t["problem"]:
+            lines += ["", f"**`{t['selector']}` could not run:** {t['problem']}"]
+    lines += ["", "Files under test:", ""]
+    for t in targets:
+        for path, digest in ((t["identity"] or {}).get("files") or {}).items():
+            lines.append(f"- `{t['selector']}`: `{path}` sha256 `{digest[:16]}…`")
+    lines += ["", "## Checks", ""]
+    header = "| check | " + " | ".join(f"`{t['selector']}`" for t in targets) + " |"
+    lines += [header, "|---" * (len(targets) + 1) + "|"]
+    for check in report["checks"]:
+        cells = [_cell(check["results"].get(t["selector"])) for t in targets]
+        lines.append(f"| `{check['id'].removeprefix(SHORT_PREFIX)}` | " + " | ".join(cells) + " |")
+    stale = [(t["selector"], s) for t in targets for s in t["stale_deviations"]]
+    if stale:
+        lines += ["", "## Stale deviation entries (match no check; remove or rename them)", ""]
+        lines += [f"- `{sel}`: `{check}`" for sel, check in stale]
+    lines += [
+        "",
+        "Legend: *pass*; **FAIL** (a check failed); *xfail* (a known deviation listed in "
+        "`fixtures/deviations/`, with its reason); **XPASS** (a known deviation now passes: "
+        "remove its entry); *skip* (not applicable here, with the reason).",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def write_report(report: dict[str, Any], out_dir: Path) -> tuple[Path, Path]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    json_path, md_path = out_dir / "conformance.json", out_dir / "conformance.md"
+    json_path.write_text(json.dumps(report, indent=2) + "\n")
+    md_path.write_text(render_markdown(report))
+    return json_path, md_path

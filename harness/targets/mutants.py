@@ -1,0 +1,106 @@
+"""Regression mutants: the installed vLLM model file with one upstream bug put back.
+
+Each mutant is a named, minimal text edit of the installed ``nano_nemotron_vl.py``, written at
+test time (no vLLM source is committed) and run as a ``vllm-file:`` target. The harness's own
+tests run the suites on each and assert they fail for the right reason: proof that the suites
+catch the regression class.
+
+Command line: ``python -m harness.targets.mutants NAME DEST_DIR`` writes the mutant under
+``DEST_DIR/vllm/model_executor/models/nano_nemotron_vl.py`` and prints the ``--target`` value.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+MODEL_FILE = Path("vllm/model_executor/models/nano_nemotron_vl.py")
+
+
+class MutationError(RuntimeError):
+    """The installed file no longer has the code a mutation rewrites."""
+
+
+@dataclass(frozen=True)
+class Mutation:
+    name: str
+    upstream: str  # the vLLM pull request that fixed the bug this puts back
+    description: str
+    pattern: str  # a regular expression matching exactly once in the installed file
+    replacement: str
+
+    def apply(self, source: str) -> str:
+        mutated, count = re.subn(self.pattern, self.replacement, source, flags=re.MULTILINE)
+        if count != 1:
+            raise MutationError(
+                f"mutant {self.name!r}: expected its pattern once in {MODEL_FILE}, found it "
+                f"{count} times; the installed vLLM changed: update the pattern"
+            )
+        return mutated
+
+
+MUTATIONS: dict[str, Mutation] = {
+    m.name: m
+    for m in (
+        Mutation(
+            name="image-embeds-walrus-truthiness",
+            upstream="#56398",
+            description=(
+                'the image_embeds check rewritten to `if image_embeds := kwargs.pop("image_embeds",'
+                " None):`: a stacked tensor has no truth value"
+            ),
+            pattern=(
+                r'^(?P<indent>[ \t]+)image_embeds = kwargs\.pop\("image_embeds", None\)\n'
+                r"(?P=indent)if image_embeds is not None:"
+            ),
+            replacement=r'\g<indent>if image_embeds := kwargs.pop("image_embeds", None):',
+        ),
+        Mutation(
+            name="video-embeds-not-routed",
+            upstream="#56398",
+            description='"video_embeds" removed from the video routing keys: silently 0 outputs',
+            pattern=r'\(\s*"pixel_values_flat_video",\s*"video_embeds"\s*\)',
+            replacement='("pixel_values_flat_video",)',
+        ),
+    )
+}
+
+
+def installed_model_file() -> Path:
+    spec = importlib.util.find_spec("vllm")
+    if spec is None or not spec.submodule_search_locations:
+        raise MutationError("vLLM is not installed: mutants are edits of its model file")
+    return Path(next(iter(spec.submodule_search_locations))).parent / MODEL_FILE
+
+
+def write_mutant(name: str, dest_dir: Path) -> Path:
+    """Write mutant ``name`` under ``dest_dir`` at the model file's path; return the file."""
+    if name not in MUTATIONS:
+        raise MutationError(f"mutant: expected one of {sorted(MUTATIONS)}, got {name!r}")
+    source = installed_model_file().read_text()
+    out = dest_dir / MODEL_FILE
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(MUTATIONS[name].apply(source))
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("name", choices=sorted(MUTATIONS))
+    parser.add_argument("dest_dir", type=Path)
+    args = parser.parse_args(argv)
+    try:
+        path = write_mutant(args.name, args.dest_dir)
+    except MutationError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(f"--target vllm-file:{path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,163 @@
+"""Sessions of the Nano-Nemotron VL conformance harness.
+
+    nox -s conformance   the main job: suites against every available target, report in reports/
+    nox -s tests         the harness's own test run (everything that runs without a GPU, vLLM too)
+    nox -s lint          ruff check + ruff format --check
+    nox -s typecheck     mypy --strict on harness/ and reference_impl/
+    nox -s fuzz          long hypothesis runs of the property checks
+    nox -s gpu           `pytest -m gpu --device cuda` in the current environment (GPU machines)
+
+Sessions that need torch and vLLM share one environment, ``.nox/shared``, built once and reused:
+it is reinstalled only when ``pyproject.toml`` changes (the vLLM install is several GB and takes
+minutes; it must not be repeated per session or per run).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sys
+from pathlib import Path
+
+import nox
+
+ROOT = Path(__file__).resolve().parent
+SHARED_ENV = ROOT / ".nox" / "shared"
+SHARED_EXTRAS = "test,vllm,dev"
+REPORTS = ROOT / "reports"
+CPU_ENV = {
+    "VLLM_TARGET_DEVICE": "cpu",
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "PYTHONHASHSEED": "0",
+}
+
+nox.options.sessions = ["tests"]
+nox.options.reuse_venv = "yes"
+
+
+def shared_python(session: nox.Session) -> str:
+    """The shared environment's Python, created or updated when ``pyproject.toml`` changed."""
+    python = SHARED_ENV / "bin" / "python"
+    stamp = SHARED_ENV / ".harness-install-stamp"
+    wanted = hashlib.sha256(
+        (ROOT / "pyproject.toml").read_bytes() + SHARED_EXTRAS.encode()
+    ).hexdigest()
+    if not python.exists():
+        session.log(f"creating the shared environment {SHARED_ENV}")
+        session.run(sys.executable, "-m", "venv", str(SHARED_ENV), external=True)
+    if not stamp.is_file() or stamp.read_text().strip() != wanted:
+        session.log("installing the harness with torch and vLLM (once; reused by later runs)")
+        session.run(str(python), "-m", "pip", "install", "--upgrade", "pip", external=True)
+        session.run(str(python), "-m", "pip", "install", "-e", f".[{SHARED_EXTRAS}]", external=True)
+        stamp.write_text(wanted + "\n")
+    else:
+        session.log(f"reusing the shared environment {SHARED_ENV}")
+    return str(python)
+
+
+@nox.session(venv_backend="none")
+def tests(session: nox.Session) -> None:
+    """The harness's own tests and the suites on `reference`, then the suites on `vllm`."""
+    python = shared_python(session)
+    REPORTS.mkdir(exist_ok=True)
+    session.run(
+        python,
+        "-m",
+        "pytest",
+        "suites",
+        "-m",
+        "not gpu and not fuzz",
+        f"--junitxml={REPORTS / 'junit-tests.xml'}",
+        *session.posargs,
+        env=CPU_ENV,
+        external=True,
+    )
+    session.run(
+        python,
+        "-m",
+        "pytest",
+        "suites/conformance",
+        "--target=vllm",
+        f"--junitxml={REPORTS / 'junit-tests-vllm.xml'}",
+        *session.posargs,
+        env=CPU_ENV,
+        external=True,
+    )
+
+
+@nox.session(venv_backend="none")
+def conformance(session: nox.Session) -> None:
+    """The main job: every available target into reports/conformance.{md,json}.
+
+    Arguments after `--` go to `python -m harness.conformance`, e.g.
+    `nox -s conformance -- --target vllm-file:/path/to/nano_nemotron_vl.py`.
+    """
+    python = shared_python(session)
+    session.run(python, "-m", "harness.conformance", *session.posargs, env=CPU_ENV, external=True)
+
+
+@nox.session(reuse_venv=True)
+def lint(session: nox.Session) -> None:
+    """ruff check and ruff format --check (no torch in this environment)."""
+    session.install("ruff>=0.6")
+    session.run("ruff", "check", ".")
+    session.run("ruff", "format", "--check", ".")
+
+
+@nox.session(venv_backend="none")
+def typecheck(session: nox.Session) -> None:
+    """mypy --strict on harness/ and reference_impl/ (configured in pyproject.toml)."""
+    python = shared_python(session)
+    session.run(python, "-m", "mypy", *session.posargs, env=CPU_ENV, external=True)
+
+
+@nox.session(venv_backend="none")
+def fuzz(session: nox.Session) -> None:
+    """Every hypothesis test and every `fuzz`-marked test with the long `fuzz` profile.
+
+    Posargs go to pytest, e.g. `nox -s fuzz -- --target vllm`.
+    """
+    python = shared_python(session)
+    session.run(
+        python,
+        "-m",
+        "pytest",
+        "suites",
+        "-m",
+        "(hypothesis or fuzz) and not gpu",
+        *session.posargs,
+        env={**CPU_ENV, "HYPOTHESIS_PROFILE": "fuzz"},
+        external=True,
+    )
+
+
+@nox.session(venv_backend="none")
+def gpu(session: nox.Session) -> None:
+    """`pytest -m gpu --device cuda` in the current environment (GPU machines bring their own
+    CUDA torch and may have no network): fails clearly when no CUDA device is visible."""
+    probe = "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 3)"
+    try:
+        session.run("python", "-c", probe, external=True, silent=True)
+    except nox.command.CommandFailed:
+        session.error("nox -s gpu: no CUDA device is visible (torch.cuda.is_available() is False)")
+    out = REPORTS / "gpu"
+    out.mkdir(parents=True, exist_ok=True)
+    session.run(
+        "python",
+        "-m",
+        "pytest",
+        "suites",
+        "-m",
+        "gpu",
+        "--device",
+        "cuda",
+        f"--junitxml={out / 'junit.xml'}",
+        *session.posargs,
+        env={
+            "HF_HUB_OFFLINE": "1",
+            "PYTHONHASHSEED": "0",
+            **{k: v for k, v in os.environ.items() if k == "CUDA_VISIBLE_DEVICES"},
+        },
+        external=True,
+    )

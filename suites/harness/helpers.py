@@ -1,0 +1,70 @@
+"""Helpers for the harness's own tests: run the suites in a child pytest process."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def vllm_installed() -> bool:
+    try:
+        metadata.version("vllm")
+    except metadata.PackageNotFoundError:
+        return False
+    return True
+
+
+needs_vllm = pytest.mark.skipif(
+    not vllm_installed(), reason="vLLM is not installed (nox -s tests installs it)"
+)
+
+
+@dataclass
+class SuiteRun:
+    returncode: int
+    output: str
+    results: dict[str, Any] | None
+
+    def outcome(self, check: str) -> dict[str, Any]:
+        assert self.results is not None, f"no results written; output:\n{self.output[-3000:]}"
+        for entry in self.results["checks"]:
+            if entry["id"] == check:
+                return entry
+        raise AssertionError(f"check {check!r} not in the results")
+
+    def outcomes(self, value: str) -> set[str]:
+        assert self.results is not None, f"no results written; output:\n{self.output[-3000:]}"
+        return {c["id"] for c in self.results["checks"] if c["outcome"] == value}
+
+
+def run_suites(tmp_path: Path, *args: str, suite: str = "suites/conformance") -> SuiteRun:
+    """``pytest <suite> <args>`` in a child process, with per-check results as JSON."""
+    results = tmp_path / "results.json"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            suite,
+            f"--results-json={results}",
+            "-p",
+            "no:cacheprovider",
+            "-q",
+            *args,
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    payload = json.loads(results.read_text()) if results.is_file() else None
+    return SuiteRun(proc.returncode, proc.stdout + proc.stderr, payload)

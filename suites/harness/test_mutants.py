@@ -1,0 +1,84 @@
+"""The suites bite: mutated copies of the installed vLLM model file fail them for the right
+reason. Each mutant puts back one upstream bug (vLLM PR #56398) and runs as a vllm-file target."""
+
+from __future__ import annotations
+
+import pytest
+
+from harness.targets.mutants import MUTATIONS, MutationError, write_mutant
+from suites.harness.helpers import needs_vllm, run_suites
+
+PASSTHROUGH = "suites/conformance/test_passthrough.py::"
+ROUTING = "suites/conformance/test_routing.py::"
+
+pytestmark = [pytest.mark.vllm, pytest.mark.slow, needs_vllm]
+
+
+def test_walrus_truthiness_mutant_fails_on_stacked_image_embeds(tmp_path):
+    path = write_mutant("image-embeds-walrus-truthiness", tmp_path / "src")
+    run = run_suites(tmp_path, f"--target=vllm-file:{path}")
+    assert run.returncode == 1, run.output[-3000:]
+    # The stacked tensor hits tensor truthiness: the exact upstream crash.
+    for n in (1, 2, 5):
+        failed = run.outcome(
+            f"{PASSTHROUGH}test_embeddings_pass_through_verbatim[{n}-stacked-image_embeds]"
+        )
+        assert failed["outcome"] == "fail"
+        assert "Boolean value of Tensor with more than one value is ambiguous" in failed["reason"]
+    assert run.outcome(f"{PASSTHROUGH}test_the_upstream_reproducer")["outcome"] == "fail"
+    # A non-empty list is truthy: it "happened to work" upstream, and still does.
+    for n in (1, 2, 5):
+        assert (
+            run.outcome(
+                f"{PASSTHROUGH}test_embeddings_pass_through_verbatim[{n}-list-image_embeds]"
+            )["outcome"]
+            == "pass"
+        )
+    # Video embeddings are untouched, and no known deviation flipped.
+    for n in (1, 2, 5):
+        for form in ("stacked", "list"):
+            assert (
+                run.outcome(
+                    f"{PASSTHROUGH}test_embeddings_pass_through_verbatim[{n}-{form}-video_embeds]"
+                )["outcome"]
+                == "pass"
+            )
+    assert run.outcomes("xpass") == set()
+
+
+def test_unrouted_video_embeds_mutant_drops_them_silently(tmp_path):
+    path = write_mutant("video-embeds-not-routed", tmp_path / "src")
+    run = run_suites(tmp_path, f"--target=vllm-file:{path}")
+    assert run.returncode == 1, run.output[-3000:]
+    for n in (1, 2, 5):
+        failed = run.outcome(
+            f"{PASSTHROUGH}test_embeddings_pass_through_verbatim[{n}-stacked-video_embeds]"
+        )
+        assert failed["outcome"] == "fail"
+        assert f"expected {n} outputs, got 0" in failed["reason"]
+    routed = run.outcome(f"{ROUTING}test_each_form_reaches_its_modality[video_embeds]")
+    assert routed["outcome"] == "fail"
+    assert "routed to []" in routed["reason"]
+    assert run.outcome(f"{ROUTING}test_nothing_is_silently_dropped[core]")["outcome"] == "fail"
+    # Image embeddings and video pixels are untouched.
+    assert (
+        run.outcome(f"{ROUTING}test_each_form_reaches_its_modality[image_embeds]")["outcome"]
+        == "pass"
+    )
+    assert (
+        run.outcome(f"{ROUTING}test_each_form_reaches_its_modality[pixel_values_flat_video]")[
+            "outcome"
+        ]
+        == "pass"
+    )
+    # With video_embeds unrouted, `video_embeds=None` is ignored too: the one known deviation
+    # this mutant "fixes", by accident.
+    assert run.outcomes("xpass") == {f"{PASSTHROUGH}test_none_values_are_ignored[video_embeds]"}
+
+
+@pytest.mark.parametrize("name", sorted(MUTATIONS))
+def test_each_mutation_applies_exactly_once(name, tmp_path):
+    source = write_mutant(name, tmp_path).read_text()
+    mutation = MUTATIONS[name]
+    with pytest.raises(MutationError, match="found it 0 times"):
+        mutation.apply(source)  # applied already: the pattern is gone

@@ -1,0 +1,123 @@
+"""The targets: selection, vllm-file module placement and load errors, identities."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from harness.targets import TargetLoadError, resolve_target
+from harness.targets.reference import ReferenceTarget
+from harness.targets.vllm import MODEL_MODULE, VllmFileTarget, module_name_for
+from suites.harness.helpers import needs_vllm, run_suites
+
+
+def test_resolve_known_targets():
+    assert resolve_target("reference").name == "reference"
+    assert resolve_target("vllm").name == "vllm"
+
+
+def test_resolve_rejects_unknown_target():
+    with pytest.raises(TargetLoadError, match=r"--target: expected one of .*got 'vlm'"):
+        resolve_target("vlm")
+
+
+@pytest.mark.parametrize(
+    ("relative", "module"),
+    [
+        ("pr/vllm/model_executor/models/nano_nemotron_vl.py", MODEL_MODULE),
+        ("pr/vllm/model_executor/models/radio.py", "vllm.model_executor.models.radio"),
+        (
+            "x/vllm/transformers_utils/processors/nano_nemotron_vl.py",
+            "vllm.transformers_utils.processors.nano_nemotron_vl",
+        ),
+        ("downloads/nano_nemotron_vl.py", MODEL_MODULE),
+        ("downloads/parakeet.py", "vllm.model_executor.models.parakeet"),
+        ("downloads/nemotron_h.py", "vllm.model_executor.models.nemotron_h"),
+    ],
+)
+def test_module_placement(tmp_path, relative, module):
+    assert module_name_for(tmp_path / relative) == module
+
+
+def test_unplaceable_file_is_a_clear_error(tmp_path):
+    path = tmp_path / "model.py"
+    path.write_text("")
+    with pytest.raises(TargetLoadError, match=r"cannot tell which vLLM module .*model\.py"):
+        VllmFileTarget([path])
+
+
+def test_missing_file_is_a_clear_error(tmp_path):
+    with pytest.raises(TargetLoadError, match=r"no_such\.py: no such file"):
+        resolve_target(f"vllm-file:{tmp_path / 'no_such.py'}")
+
+
+def test_empty_file_list_is_a_clear_error():
+    with pytest.raises(TargetLoadError, match="got no paths"):
+        resolve_target("vllm-file:")
+
+
+def test_reference_identity_hashes_its_files():
+    identity = ReferenceTarget().identity()
+    assert identity.name == "reference"
+    assert "reference_impl/model.py" in identity.files
+    assert all(len(digest) == 64 for digest in identity.files.values())
+
+
+def test_vllm_file_identity_hashes_the_given_files(tmp_path):
+    path = tmp_path / "vllm" / "model_executor" / "models" / "nano_nemotron_vl.py"
+    path.parent.mkdir(parents=True)
+    path.write_text("# one\n")
+    first = VllmFileTarget([path]).identity().files[str(path)]
+    path.write_text("# two\n")
+    assert VllmFileTarget([path]).identity().files[str(path)] != first
+
+
+@needs_vllm
+@pytest.mark.vllm
+@pytest.mark.slow
+def test_import_failure_stops_the_run_with_one_clear_error(tmp_path):
+    """A pull-request file that needs a name the installed vLLM lacks: exit status 2 and one
+    error naming the file and the missing name, not an error per check."""
+    path = tmp_path / "vllm" / "model_executor" / "models" / "nano_nemotron_vl.py"
+    path.parent.mkdir(parents=True)
+    path.write_text("from vllm.model_executor.models.utils import not_in_this_release\n")
+    run = run_suites(tmp_path, f"--target=vllm-file:{path}")
+    assert run.returncode == 2, run.output[-3000:]
+    assert f"{path}" in run.output
+    assert "not_in_this_release" in run.output
+    assert run.output.count("harness could not run") == 1
+
+
+def test_bad_target_option_exits_2(tmp_path):
+    run = run_suites(tmp_path, "--target=vlm", "--co")
+    assert run.returncode == 2
+    assert "--target: expected one of" in run.output
+
+
+def test_cuda_without_a_device_exits_2(tmp_path):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA device is visible here: this checks the CPU-only message")
+    run = run_suites(tmp_path, "--device=cuda", "--co")
+    assert run.returncode == 2
+    assert "no CUDA device is visible" in run.output
+
+
+def test_results_json_records_target_and_outcomes(tmp_path):
+    run = run_suites(tmp_path, "-k", "test_the_upstream_reproducer")
+    assert run.returncode == 0, run.output[-3000:]
+    assert run.results is not None
+    assert run.results["target"]["name"] == "reference"
+    assert run.results["checks"] == [
+        {
+            "id": "suites/conformance/test_passthrough.py::test_the_upstream_reproducer",
+            "outcome": "pass",
+            "reason": "",
+            "duration_s": run.results["checks"][0]["duration_s"],
+        }
+    ]
+    json.dumps(run.results)  # serialisable as written
+    assert Path(tmp_path / "results.json").is_file()
