@@ -18,6 +18,16 @@ import torch
 from torch import nn
 
 from harness.targets.base import EncoderCalls, ShellSpec
+from reference_impl.config import VLConfig
+from reference_impl.connector import build_mlp1
+
+
+def seeded_mlp1(config: VLConfig, seed: int = 99) -> nn.Sequential:
+    """``mlp1`` with weights drawn from ``seed``: every shell of a spec has the same connector,
+    whatever the device or the global RNG state."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return build_mlp1(config)
 
 
 def _seeded_linear(in_features: int, out_features: int, seed: int) -> nn.Linear:

@@ -18,7 +18,12 @@ from harness.targets.base import (
     TargetIdentity,
     sha256_of,
 )
-from harness.targets.fakes import FakeSoundEncoder, FakeVisionCore, FakeVisionTower
+from harness.targets.fakes import (
+    FakeSoundEncoder,
+    FakeVisionCore,
+    FakeVisionTower,
+    seeded_mlp1,
+)
 from reference_impl.model import NanoNemotronVLModel
 from reference_impl.tokenizer import VOCAB_SIZE, shared_tokenizer
 
@@ -39,7 +44,9 @@ class ReferenceShell(ModelShell):
             embed_tokens=embed,
             tokenizer=shared_tokenizer(),
             sound_encoder=FakeSoundEncoder(spec, calls) if spec.audio else None,
-        ).to(device)
+        )
+        self.model.connector.mlp1 = seeded_mlp1(spec.vl_config())
+        self.model.to(device)
 
     def _parse(self, **kwargs: object) -> dict[str, ParsedModality]:
         parsed = self.model.parse_multimodal_inputs(**kwargs)

@@ -38,8 +38,7 @@ from harness.targets.base import (
     TargetUnavailable,
     sha256_of,
 )
-from harness.targets.fakes import FakeRadioModel, FakeSoundEncoder, FakeVisionCore
-from reference_impl.connector import build_mlp1
+from harness.targets.fakes import FakeRadioModel, FakeSoundEncoder, FakeVisionCore, seeded_mlp1
 from reference_impl.tokenizer import (
     IMG_CONTEXT,
     IMG_END,
@@ -325,7 +324,7 @@ class VllmShell(ModelShell):
         model.vision_model = FakeRadioModel(core)
         model.vision_final_layernorm = None
         # vLLM casts vision features to bfloat16 before mlp1 (hard-coded), so mlp1 is bf16.
-        model.mlp1 = build_mlp1(spec.vl_config()).to(torch.bfloat16)
+        model.mlp1 = seeded_mlp1(spec.vl_config()).to(torch.bfloat16)
         model.sound_encoder = FakeSoundEncoder(spec, calls) if spec.audio else None
         model._img_start_token_ids = tokenizer.encode(IMG_START, add_special_tokens=False)
         model._img_end_token_ids = tokenizer.encode(IMG_END, add_special_tokens=False)

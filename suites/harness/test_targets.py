@@ -121,3 +121,21 @@ def test_results_json_records_target_and_outcomes(tmp_path):
     ]
     json.dumps(run.results)  # serialisable as written
     assert Path(tmp_path / "results.json").is_file()
+
+
+def test_reference_shells_of_one_spec_are_identical():
+    """Shells are deterministic: two builds (whatever the global RNG did in between) give the
+    same outputs, so CPU/CUDA and cross-target comparisons compare implementations, not seeds."""
+    import torch
+
+    from harness import inputs
+    from harness.assertions import assert_same_tensors
+    from harness.targets.base import ShellSpec
+    from harness.targets.reference import ReferenceShell
+
+    spec = ShellSpec()
+    kwargs = inputs.combine([inputs.image_pixels(spec, [2]), inputs.audio_features(spec, [1])])
+    first = ReferenceShell(spec, torch.device("cpu")).embed_multimodal(**kwargs)
+    torch.randn(100)  # move the global RNG
+    second = ReferenceShell(spec, torch.device("cpu")).embed_multimodal(**kwargs)
+    assert_same_tensors(second, first, "second shell")
