@@ -15,7 +15,8 @@ minutes; it must not be repeated per session or per run).
 from __future__ import annotations
 
 import hashlib
-import os
+import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -49,7 +50,16 @@ def shared_python(session: nox.Session) -> str:
     if not stamp.is_file() or stamp.read_text().strip() != wanted:
         session.log("installing the harness with torch and vLLM (once; reused by later runs)")
         session.run(str(python), "-m", "pip", "install", "--upgrade", "pip", external=True)
-        session.run(str(python), "-m", "pip", "install", "-e", f".[{SHARED_EXTRAS}]", external=True)
+        session.run(
+            str(python),
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "-e",
+            f".[{SHARED_EXTRAS}]",
+            external=True,
+        )
         stamp.write_text(wanted + "\n")
     else:
         session.log(f"reusing the shared environment {SHARED_ENV}")
@@ -136,15 +146,24 @@ def fuzz(session: nox.Session) -> None:
 def gpu(session: nox.Session) -> None:
     """`pytest -m gpu --device cuda` in the current environment (GPU machines bring their own
     CUDA torch and may have no network): fails clearly when no CUDA device is visible."""
-    probe = "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 3)"
-    try:
-        session.run("python", "-c", probe, external=True, silent=True)
-    except nox.command.CommandFailed:
-        session.error("nox -s gpu: no CUDA device is visible (torch.cuda.is_available() is False)")
+    python = shutil.which("python") or sys.executable
+    probe = (
+        "import sys\n"
+        "try:\n    import torch\nexcept ImportError:\n    sys.exit(4)\n"
+        "sys.exit(0 if torch.cuda.is_available() else 3)"
+    )
+    found = subprocess.run([python, "-c", probe], check=False).returncode
+    if found == 4:
+        session.error(f"nox -s gpu: {python} has no torch; run it in the GPU machine's environment")
+    if found != 0:
+        session.error(
+            f"nox -s gpu: no CUDA device is visible to {python} "
+            "(torch.cuda.is_available() is False)"
+        )
     out = REPORTS / "gpu"
     out.mkdir(parents=True, exist_ok=True)
     session.run(
-        "python",
+        python,
         "-m",
         "pytest",
         "suites",
@@ -154,10 +173,6 @@ def gpu(session: nox.Session) -> None:
         "cuda",
         f"--junitxml={out / 'junit.xml'}",
         *session.posargs,
-        env={
-            "HF_HUB_OFFLINE": "1",
-            "PYTHONHASHSEED": "0",
-            **{k: v for k, v in os.environ.items() if k == "CUDA_VISIBLE_DEVICES"},
-        },
+        env={"HF_HUB_OFFLINE": "1", "PYTHONHASHSEED": "0"},  # added to the caller's environment
         external=True,
     )

@@ -37,16 +37,23 @@ def raises_clear_error(*fields: str) -> Iterator[None]:
         )
 
 
-def assert_same_tensors(
+def _assert_counts_and_shapes(
     actual: Sequence[torch.Tensor], expected: Sequence[torch.Tensor], what: str
 ) -> None:
-    """Same count, and each actual tensor ``torch.equal`` to its expected one (dtype included)."""
     assert len(actual) == len(expected), (
         f"{what}: expected {len(expected)} outputs, got {len(actual)}"
     )
     for i, (a, e) in enumerate(zip(actual, expected, strict=True)):
-        assert a.dtype == e.dtype, f"{what}[{i}]: dtype {a.dtype}, expected {e.dtype}"
         assert a.shape == e.shape, f"{what}[{i}]: shape {tuple(a.shape)}, expected {tuple(e.shape)}"
+
+
+def assert_same_tensors(
+    actual: Sequence[torch.Tensor], expected: Sequence[torch.Tensor], what: str
+) -> None:
+    """Same count, and each actual tensor ``torch.equal`` to its expected one (dtype included)."""
+    _assert_counts_and_shapes(actual, expected, what)
+    for i, (a, e) in enumerate(zip(actual, expected, strict=True)):
+        assert a.dtype == e.dtype, f"{what}[{i}]: dtype {a.dtype}, expected {e.dtype}"
         assert torch.equal(a.cpu(), e.cpu()), f"{what}[{i}]: values differ from the input"
 
 
@@ -54,9 +61,6 @@ def assert_close_tensors(
     actual: Sequence[torch.Tensor], expected: Sequence[torch.Tensor], what: str
 ) -> None:
     """Same count and shapes, values equal up to float rounding."""
-    assert len(actual) == len(expected), (
-        f"{what}: expected {len(expected)} outputs, got {len(actual)}"
-    )
+    _assert_counts_and_shapes(actual, expected, what)
     for i, (a, e) in enumerate(zip(actual, expected, strict=True)):
-        assert a.shape == e.shape, f"{what}[{i}]: shape {tuple(a.shape)}, expected {tuple(e.shape)}"
         torch.testing.assert_close(a.float().cpu(), e.float().cpu(), msg=f"{what}[{i}] differs")

@@ -14,15 +14,15 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from reference_impl.errors import FieldError
 
-class ConfigError(ValueError):
+
+class ConfigError(FieldError):
     """A configuration field has an invalid value. The message names the field."""
 
-    def __init__(self, field_name: str, expected: str, actual: object) -> None:
-        self.field_name = field_name
-        self.expected = expected
-        self.actual = actual
-        super().__init__(f"config field {field_name!r}: expected {expected}, got {actual!r}")
+    def __init__(self, field: str, expected: str, actual: object) -> None:
+        super().__init__(f"config field {field!r}", expected, repr(actual))
+        self.field_name = field
 
 
 @dataclass(frozen=True)

@@ -24,19 +24,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal, TypeAlias, TypedDict
+from typing import ClassVar, Literal, TypeAlias, TypedDict
 
 import torch
 
+from reference_impl.errors import FieldError
 
-class InputValidationError(ValueError):
+
+class InputValidationError(FieldError):
     """A multimodal input does not satisfy its contract. The message names the field."""
-
-    def __init__(self, field: str, expected: str, actual: object) -> None:
-        self.field = field
-        self.expected = expected
-        self.actual = actual
-        super().__init__(f"{field}: expected {expected}, got {actual}")
 
 
 def describe(value: object) -> str:
@@ -194,18 +190,26 @@ class ImagePixelDynamicInputs:
 
 
 @dataclass(frozen=True)
-class ImageEmbeddingInputs:
-    """Precomputed image embeddings: a stacked ``[n, f, h]`` tensor or a list of ``[f_i, h]``."""
+class _EmbeddingInputs:
+    """Precomputed embeddings: a stacked ``[n, f, h]`` tensor or a list of ``[f_i, h]``."""
 
     data: torch.Tensor | list[torch.Tensor]
-    kind: Literal["image_embeds"] = "image_embeds"
+    kind_name: ClassVar[str]  # the routing key, and the name errors use
 
     @property
     def num_items(self) -> int:
         return len(self.data)
 
     def validate(self, hidden_size: int | None = None) -> None:
-        _validate_embeddings("image_embeds", self.data, hidden_size)
+        _validate_embeddings(self.kind_name, self.data, hidden_size)
+
+
+@dataclass(frozen=True)
+class ImageEmbeddingInputs(_EmbeddingInputs):
+    """Precomputed image embeddings, one ``[f_i, h]`` per image."""
+
+    kind: Literal["image_embeds"] = "image_embeds"
+    kind_name: ClassVar[str] = "image_embeds"
 
 
 ImageInputs: TypeAlias = ImagePixelInputs | ImagePixelDynamicInputs | ImageEmbeddingInputs
@@ -252,18 +256,11 @@ class VideoPixelInputs:
 
 
 @dataclass(frozen=True)
-class VideoEmbeddingInputs:
+class VideoEmbeddingInputs(_EmbeddingInputs):
     """Precomputed video embeddings covering every placeholder of each video's replacement."""
 
-    data: torch.Tensor | list[torch.Tensor]
     kind: Literal["video_embeds"] = "video_embeds"
-
-    @property
-    def num_items(self) -> int:
-        return len(self.data)
-
-    def validate(self, hidden_size: int | None = None) -> None:
-        _validate_embeddings("video_embeds", self.data, hidden_size)
+    kind_name: ClassVar[str] = "video_embeds"
 
 
 VideoInputs: TypeAlias = VideoPixelInputs | VideoEmbeddingInputs

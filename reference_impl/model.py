@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import Protocol, TypeAlias
+from typing import Protocol, TypeAlias, TypeVar
 
 import torch
 from torch import nn
@@ -62,6 +62,7 @@ COMPANION_KEYS: dict[str, str] = {
 }
 
 MultiModalEmbeddings: TypeAlias = tuple[torch.Tensor, ...]
+EmbeddingT = TypeVar("EmbeddingT", ImageEmbeddingInputs, VideoEmbeddingInputs)
 
 
 class VisionTower(Protocol):
@@ -147,16 +148,26 @@ class NanoNemotronVLModel(nn.Module):
                 parsed["audios"] = self._parse_audios(present)
         return parsed
 
+    def _parse_embeddings(
+        self, kw: Mapping[str, object], cls: type[EmbeddingT], pixels_key: str
+    ) -> EmbeddingT | None:
+        """The modality's precomputed embeddings, or None when it came as pixels. Both forms in
+        one call are an error: upstream silently drops the pixels."""
+        key = cls.kind_name
+        embeds = kw.get(key)
+        if embeds is None:
+            return None
+        if kw.get(pixels_key) is not None:
+            raise InputValidationError(key, f"either {key} or {pixels_key}, not both", "both")
+        inputs = cls(data=_embedding_data(key, embeds))
+        inputs.validate(self.config.hidden_size)
+        return inputs
+
     def _parse_images(self, kw: Mapping[str, object]) -> ImageInputs:
-        embeds, pixels = kw.get("image_embeds"), kw.get("pixel_values_flat")
-        if embeds is not None and pixels is not None:
-            raise InputValidationError(
-                "image_embeds", "either image_embeds or pixel_values_flat, not both", "both"
-            )
+        embeds = self._parse_embeddings(kw, ImageEmbeddingInputs, "pixel_values_flat")
         if embeds is not None:
-            emb = ImageEmbeddingInputs(data=_embedding_data("image_embeds", embeds))
-            emb.validate(self.config.hidden_size)
-            return emb
+            return embeds
+        pixels = kw.get("pixel_values_flat")
         if self.config.dynamic_resolution:
             images = _image_list("pixel_values_flat", pixels)
             sizes = _sizes_list("imgs_sizes", _required(kw, "imgs_sizes", "pixel_values_flat"))
@@ -179,15 +190,10 @@ class NanoNemotronVLModel(nn.Module):
         return static
 
     def _parse_videos(self, kw: Mapping[str, object]) -> VideoInputs:
-        embeds, pixels = kw.get("video_embeds"), kw.get("pixel_values_flat_video")
-        if embeds is not None and pixels is not None:
-            raise InputValidationError(
-                "video_embeds", "either video_embeds or pixel_values_flat_video, not both", "both"
-            )
+        embeds = self._parse_embeddings(kw, VideoEmbeddingInputs, "pixel_values_flat_video")
         if embeds is not None:
-            emb = VideoEmbeddingInputs(data=_embedding_data("video_embeds", embeds))
-            emb.validate(self.config.hidden_size)
-            return emb
+            return embeds
+        pixels = kw.get("pixel_values_flat_video")
         if isinstance(pixels, (list, tuple)):
             # One [f_i, 3, H, W] tensor per video (same H, W): concatenate the frames.
             frames = _image_list("pixel_values_flat_video", pixels)

@@ -139,3 +139,14 @@ def test_reference_shells_of_one_spec_are_identical():
     torch.randn(100)  # move the global RNG
     second = ReferenceShell(spec, torch.device("cpu")).embed_multimodal(**kwargs)
     assert_same_tensors(second, first, "second shell")
+
+
+def test_vllm_target_without_vllm_is_unavailable(monkeypatch):
+    """Without vLLM installed the vllm targets skip with this reason, they do not error."""
+    from harness.targets import TargetUnavailable
+    from harness.targets import vllm as vllm_target
+
+    monkeypatch.setattr(vllm_target, "vllm_version", lambda: None)
+    with pytest.raises(TargetUnavailable, match="vLLM is not installed"):
+        vllm_target.VllmTarget().load()
+    assert vllm_target.VllmTarget().identity().version == "not installed"
