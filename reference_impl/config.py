@@ -1,18 +1,21 @@
-"""Configuration of the multimodal wrapper.
+"""Configuration: the language model's (:class:`NemotronHConfig`) and the multimodal
+wrapper's (:class:`VLConfig`).
 
 One dataclass flows top-down into every constructor. Field names follow the checkpoint's
-top-level config (``force_image_size``, ``patch_size``, ``downsample_ratio``, ...); derived sizes
-are computed in ``__post_init__`` so no module recomputes them.
+configs (``hybrid_override_pattern``, ``force_image_size``, ...); derived sizes are computed in
+``__post_init__`` so no module recomputes them; every invalid value raises :class:`ConfigError`
+naming the field.
 
-This slice carries the fields the input layer, the connector and the video path read. The
-language model (``text_config``), RADIO (``vision_config``) and Parakeet (``sound_config``)
-configs arrive with the full reference model.
+RADIO (``vision_config``) and Parakeet (``sound_config``) configs arrive with the towers.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any, ClassVar, cast
 
 from reference_impl.errors import FieldError
 
@@ -23,6 +26,265 @@ class ConfigError(FieldError):
     def __init__(self, field: str, expected: str, actual: object) -> None:
         super().__init__(f"config field {field!r}", expected, repr(actual))
         self.field_name = field
+
+
+#: Pattern letters and the layer kind each one builds.
+LAYER_KINDS: dict[str, str] = {"M": "mamba", "*": "attention", "-": "mlp", "E": "moe"}
+#: ``layers_block_type`` names (transformers 5 and older checkpoints) to pattern letters.
+BLOCK_TYPE_LETTERS: dict[str, str] = {
+    "mamba": "M",
+    "linear_attention": "M",
+    "attention": "*",
+    "full_attention": "*",
+    "mlp": "-",
+    "moe": "E",
+}
+#: Constructor (checkpoint) argument names that differ from the attribute names.
+NEMOTRON_H_ALIASES: dict[str, str] = {
+    "mamba_n_groups": "n_groups",
+    "mamba_d_conv": "conv_kernel",
+    "mamba_conv_bias": "use_conv_bias",
+    "mamba_chunk_size": "chunk_size",
+    "mamba_d_state": "ssm_state_size",
+}
+
+
+def _positive_int(name: str, value: object) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ConfigError(name, "a positive int", value)
+
+
+@dataclass(frozen=True)
+class NemotronHConfig:
+    """The hybrid language model (``text_config``; ``model_type="nemotron_h"``).
+
+    ``hybrid_override_pattern`` has one letter per layer: ``M`` Mamba2, ``*`` attention, ``-``
+    MLP, ``E`` MoE. Mamba: ``I = mamba_num_heads * mamba_head_dim`` channels in ``n_groups``
+    groups sharing B and C, state size ``N = ssm_state_size``. MoE: ``n_routed_experts`` in
+    ``n_group`` groups, ``topk_group`` groups and ``num_experts_per_tok`` experts chosen per
+    token. ``time_step_*`` are carried for round trips; like vLLM, the forward pass uses
+    ``dt = softplus(dt + dt_bias)`` with no clamp.
+    """
+
+    vocab_size: int
+    hidden_size: int
+    hybrid_override_pattern: str
+    num_attention_heads: int = 8
+    num_key_value_heads: int = 8
+    head_dim: int | None = None
+    attention_bias: bool = False
+    mamba_num_heads: int = 128
+    mamba_head_dim: int = 64
+    n_groups: int = 8
+    ssm_state_size: int = 128
+    conv_kernel: int = 4
+    use_conv_bias: bool = True
+    use_bias: bool = False
+    chunk_size: int = 256
+    intermediate_size: int | tuple[int, ...] = 4 * 1024
+    mlp_bias: bool = False
+    n_routed_experts: int = 8
+    n_shared_experts: int = 1
+    moe_intermediate_size: int = 1024
+    moe_shared_expert_intermediate_size: int = 1024
+    moe_latent_size: int | None = None
+    num_experts_per_tok: int = 2
+    routed_scaling_factor: float = 1.0
+    n_group: int = 1
+    topk_group: int = 1
+    norm_topk_prob: bool = True
+    layer_norm_epsilon: float = 1e-5
+    tie_word_embeddings: bool = False
+    time_step_min: float = 0.001
+    time_step_max: float = 0.1
+    time_step_floor: float = 1e-4
+    model_type: ClassVar[str] = "nemotron_h"
+
+    def __post_init__(self) -> None:
+        for name in (
+            "vocab_size",
+            "hidden_size",
+            "num_attention_heads",
+            "num_key_value_heads",
+            "mamba_num_heads",
+            "mamba_head_dim",
+            "n_groups",
+            "ssm_state_size",
+            "conv_kernel",
+            "chunk_size",
+        ):
+            _positive_int(name, getattr(self, name))
+        pattern = self.hybrid_override_pattern
+        if not isinstance(pattern, str) or not pattern:
+            raise ConfigError("hybrid_override_pattern", "a non-empty string", pattern)
+        unknown = sorted(set(pattern) - set(LAYER_KINDS))
+        if unknown:
+            raise ConfigError(
+                "hybrid_override_pattern",
+                f"letters from {''.join(LAYER_KINDS)}",
+                f"{pattern!r} (unknown {''.join(unknown)!r})",
+            )
+        if self.num_attention_heads % self.num_key_value_heads:
+            raise ConfigError(
+                "num_key_value_heads",
+                f"a divisor of num_attention_heads={self.num_attention_heads}",
+                self.num_key_value_heads,
+            )
+        if self.mamba_num_heads % self.n_groups:
+            raise ConfigError(
+                "n_groups", f"a divisor of mamba_num_heads={self.mamba_num_heads}", self.n_groups
+            )
+        if self.head_dim is not None:
+            _positive_int("head_dim", self.head_dim)
+        elif "*" in pattern and self.hidden_size % self.num_attention_heads:
+            raise ConfigError(
+                "head_dim",
+                f"set, as hidden_size={self.hidden_size} is not divisible by "
+                f"num_attention_heads={self.num_attention_heads}",
+                None,
+            )
+        raw = cast(object, self.intermediate_size)
+        if isinstance(raw, list):  # from JSON: store as a tuple
+            object.__setattr__(self, "intermediate_size", tuple(raw))
+        widths = self.intermediate_size
+        if isinstance(widths, tuple):
+            if len(widths) != pattern.count("-"):
+                raise ConfigError(
+                    "intermediate_size",
+                    f"one width per MLP layer ({pattern.count('-')} in the pattern)",
+                    f"{len(widths)} widths",
+                )
+            for i, width in enumerate(widths):
+                _positive_int(f"intermediate_size[{i}]", width)
+        else:
+            _positive_int("intermediate_size", widths)
+        if "E" in pattern:
+            self._validate_moe()
+
+    def _validate_moe(self) -> None:
+        for name in (
+            "n_routed_experts",
+            "moe_intermediate_size",
+            "num_experts_per_tok",
+            "n_group",
+            "topk_group",
+        ):
+            _positive_int(name, getattr(self, name))
+        if self.n_routed_experts % self.n_group:
+            raise ConfigError(
+                "n_group", f"a divisor of n_routed_experts={self.n_routed_experts}", self.n_group
+            )
+        if self.topk_group > self.n_group:
+            raise ConfigError("topk_group", f"at most n_group={self.n_group}", self.topk_group)
+        selectable = self.topk_group * (self.n_routed_experts // self.n_group)
+        if self.num_experts_per_tok > selectable:
+            raise ConfigError(
+                "num_experts_per_tok",
+                f"at most the {selectable} experts in topk_group={self.topk_group} groups",
+                self.num_experts_per_tok,
+            )
+        if self.n_shared_experts < 0:
+            raise ConfigError("n_shared_experts", "a non-negative int", self.n_shared_experts)
+        if self.n_shared_experts:
+            _positive_int(
+                "moe_shared_expert_intermediate_size", self.moe_shared_expert_intermediate_size
+            )
+        if self.moe_latent_size is not None:
+            _positive_int("moe_latent_size", self.moe_latent_size)
+
+    # Derived sizes -------------------------------------------------------------------------
+
+    @property
+    def num_hidden_layers(self) -> int:
+        return len(self.hybrid_override_pattern)
+
+    @property
+    def attention_head_dim(self) -> int:
+        return self.head_dim or self.hidden_size // self.num_attention_heads
+
+    @property
+    def mamba_intermediate_size(self) -> int:
+        """``I = mamba_num_heads * mamba_head_dim``."""
+        return self.mamba_num_heads * self.mamba_head_dim
+
+    @property
+    def mamba_conv_dim(self) -> int:
+        """Channels of the causal conv: ``x``, ``B`` and ``C``: ``I + 2 * G * N``."""
+        return self.mamba_intermediate_size + 2 * self.n_groups * self.ssm_state_size
+
+    def mlp_width(self, layer: int) -> int:
+        """Width of the MLP at ``layer`` (a list is indexed by the MLP's ordinal)."""
+        if isinstance(self.intermediate_size, int):
+            return self.intermediate_size
+        return self.intermediate_size[self.hybrid_override_pattern[: layer + 1].count("-") - 1]
+
+    @property
+    def layer_kinds(self) -> list[str]:
+        return [LAYER_KINDS[c] for c in self.hybrid_override_pattern]
+
+    # HF dict round trip --------------------------------------------------------------------
+
+    @classmethod
+    def from_hf_dict(cls, data: Mapping[str, Any]) -> NemotronHConfig:
+        """Read a checkpoint ``config.json`` (``hybrid_override_pattern``, ``mamba_n_groups``,
+        ...) or a transformers 5 one (``layers_block_type``). Unknown keys are ignored (HF configs
+        carry many); conflicting ones raise."""
+        values: dict[str, Any] = {}
+        names = {f.name for f in dataclasses.fields(cls)}
+        for key, value in data.items():
+            name = NEMOTRON_H_ALIASES.get(key, key)
+            if name not in names:
+                continue
+            if name in values and values[name] != value:
+                raise ConfigError(name, f"one value (also given as {key!r})", value)
+            values[name] = value
+        blocks = data.get("layers_block_type")
+        if blocks is not None:
+            try:
+                from_blocks = "".join(BLOCK_TYPE_LETTERS[b] for b in blocks)
+            except (KeyError, TypeError):
+                raise ConfigError(
+                    "layers_block_type", f"a list of {sorted(BLOCK_TYPE_LETTERS)}", blocks
+                ) from None
+            given = values.setdefault("hybrid_override_pattern", from_blocks)
+            if given != from_blocks:
+                raise ConfigError(
+                    "hybrid_override_pattern", f"{from_blocks!r} as layers_block_type says", given
+                )
+        if "hybrid_override_pattern" not in values:
+            raise ConfigError(
+                "hybrid_override_pattern", "present (or layers_block_type)", "neither"
+            )
+        layers = data.get("num_hidden_layers")
+        if layers is not None and layers != len(values["hybrid_override_pattern"]):
+            raise ConfigError(
+                "num_hidden_layers",
+                f"the pattern's length {len(values['hybrid_override_pattern'])} "
+                f"({values['hybrid_override_pattern']!r})",
+                layers,
+            )
+        if isinstance(values.get("intermediate_size"), list):
+            values["intermediate_size"] = tuple(values["intermediate_size"])
+        return cls(**values)
+
+    def to_hf_dict(self) -> dict[str, Any]:
+        """The checkpoint form: ``hybrid_override_pattern`` and ``num_hidden_layers``."""
+        data: dict[str, Any] = {"model_type": self.model_type}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            data[f.name] = list(value) if isinstance(value, tuple) else value
+        data["num_hidden_layers"] = self.num_hidden_layers
+        return data
+
+    def to_transformers_dict(self) -> dict[str, Any]:
+        """The transformers 5 form (``layers_block_type``) for its ``NemotronHConfig``."""
+        data = self.to_hf_dict()
+        pattern = data.pop("hybrid_override_pattern")
+        names = {"M": "mamba", "*": "attention", "-": "mlp", "E": "moe"}
+        data["layers_block_type"] = [names[c] for c in pattern]
+        data.pop("num_hidden_layers")
+        data["head_dim"] = self.attention_head_dim
+        return data
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from reference_impl.config import VLConfig
+from reference_impl.layers import ReLUSquared, RMSNorm
 
 
 def pixel_shuffle(x: torch.Tensor, r: int, ps_version: str = "v2") -> torch.Tensor:
@@ -35,28 +36,6 @@ def pixel_shuffle(x: torch.Tensor, r: int, ps_version: str = "v2") -> torch.Tens
         )
         return x.permute(0, 3, 1, 2, 4, 5).reshape(n, gw // r, gh // r, c * r * r)
     return x.permute(0, 1, 3, 2, 4, 5).reshape(n, gh // r, gw // r, c * r * r)
-
-
-class RMSNorm(nn.Module):
-    """``x / rms(x) * weight``, computed in fp32 and cast back."""
-
-    def __init__(self, size: int, eps: float = 1e-5) -> None:
-        super().__init__()
-        self.eps = eps
-        self.weight = nn.Parameter(torch.ones(size))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        dtype = x.dtype
-        x32 = x.float()
-        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
-        return (x32 * self.weight.float()).to(dtype)
-
-
-class ReLUSquared(nn.Module):
-    """``relu(x) ** 2``: the activation of ``mlp1`` and of NemotronH's MLPs."""
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.relu(x).square()
 
 
 def build_mlp1(config: VLConfig) -> nn.Sequential:

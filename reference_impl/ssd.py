@@ -1,0 +1,143 @@
+"""The Mamba2 selective scan (SSD), twice: the exact sequential recurrence and the chunked form.
+
+Glossary (Mamba2 paper, "Transformers are SSMs", section 6):
+
+    b   batch
+    l   sequence length (time steps)
+    h   heads                                   (``mamba_num_heads``)
+    p   channels per head                       (``mamba_head_dim``; the paper's P)
+    g   groups sharing B and C; ``h/g`` heads per group (``n_groups``)
+    n   state size                              (``ssm_state_size``; the paper's N)
+    c   chunks, ``T`` steps each                (``chunk_size``)
+
+The recurrence, per head, with ``dt > 0`` (after softplus) and ``A < 0``::
+
+    S_t = exp(dt_t * A) * S_{t-1} + dt_t * x_t B_t^T        S: [p, n]
+    y_t = S_t C_t + D * x_t
+
+:func:`ssd_sequential` runs it step by step: the oracle, and the decode step. :func:`ssd_chunked`
+computes the same in O(l) with matrix products: within a chunk the output is a masked
+"attention" ``(C_i . B_j) * exp(a_i - a_j) * dt_j`` over ``j <= i``; across chunks a short
+recurrence carries the state (as in state-spaces/mamba's ``ssd_minimal``, with B and C expanded
+per head so ``g > 1`` works).
+
+Everything runs in fp32; outputs are cast back to ``x``'s dtype.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+
+def expand_groups(bc: torch.Tensor, num_heads: int) -> torch.Tensor:
+    """``[..., g, n]`` to ``[..., h, n]``: head ``i`` uses group ``i // (h/g)``."""
+    return bc.repeat_interleave(num_heads // bc.shape[-2], dim=-2)
+
+
+def ssd_sequential(
+    x: torch.Tensor,
+    dt: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    D: torch.Tensor,
+    initial_state: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The exact recurrence, one step at a time.
+
+    Args:
+        x: ``[b, l, h, p]``. dt: ``[b, l, h]`` (positive). A: ``[h]`` (negative).
+        B, C: ``[b, l, g, n]``. D: ``[h]``. initial_state: ``[b, h, p, n]`` or None (zeros).
+    Returns:
+        ``y [b, l, h, p]`` and the final state ``[b, h, p, n]`` (fp32).
+    """
+    b, l, h, p = x.shape
+    n = B.shape[-1]
+    state = (
+        x.new_zeros(b, h, p, n, dtype=torch.float32)
+        if initial_state is None
+        else initial_state.float()
+    )
+    x32, dt32, A32, D32 = x.float(), dt.float(), A.float(), D.float()
+    Bh, Ch = expand_groups(B.float(), h), expand_groups(C.float(), h)
+    ys = []
+    for t in range(l):
+        decay = torch.exp(dt32[:, t] * A32)  # [b, h]
+        inject = (dt32[:, t, :, None] * x32[:, t])[..., None] * Bh[:, t, :, None, :]
+        state = state * decay[..., None, None] + inject  # [b, h, p, n]
+        ys.append(torch.einsum("bhpn,bhn->bhp", state, Ch[:, t]) + D32[:, None] * x32[:, t])
+    y = torch.stack(ys, dim=1) if ys else x32.new_zeros(b, 0, h, p)
+    return y.to(x.dtype), state
+
+
+def segment_sum(a: torch.Tensor) -> torch.Tensor:
+    """``[..., T]`` to ``[..., T, T]`` with ``out[i, j] = a[j+1] + ... + a[i]`` for ``j <= i``
+    and ``-inf`` above the diagonal.
+
+    Summed directly rather than as ``cumsum[i] - cumsum[j]``, which loses precision once the
+    cumulative decay is large. The sum runs along the last (contiguous) axis of the transposed
+    matrix, which is several times faster on CPU than summing down columns.
+    """
+    t = a.shape[-1]
+    ones = torch.ones(t, t, dtype=torch.bool, device=a.device)
+    rows = a[..., None, :].expand(*a.shape, t)  # rows[..., j, k] = a[k]
+    sums = torch.cumsum(torch.where(torch.triu(ones, diagonal=1), rows, 0.0), dim=-1)
+    sums.masked_fill_(~torch.triu(ones), float("-inf"))  # sums[..., j, i]: k in (j, i]
+    return sums.transpose(-1, -2)
+
+
+def ssd_chunked(
+    x: torch.Tensor,
+    dt: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    D: torch.Tensor,
+    chunk_size: int,
+    initial_state: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The same scan in chunks of ``chunk_size`` steps. Arguments and results as
+    :func:`ssd_sequential`."""
+    b, l, h, p = x.shape
+    n = B.shape[-1]
+    t = chunk_size
+    pad = (-l) % t
+    # dt = 0 on padding: no decay and no input, so the final state is exact.
+    x32 = F.pad(x.float(), (0, 0, 0, 0, 0, pad))
+    dt32 = F.pad(dt.float(), (0, 0, 0, pad))
+    Bh = F.pad(expand_groups(B.float(), h), (0, 0, 0, 0, 0, pad))
+    Ch = F.pad(expand_groups(C.float(), h), (0, 0, 0, 0, 0, pad))
+    c = (l + pad) // t
+    x32 = x32.reshape(b, c, t, h, p)
+    dt32 = dt32.reshape(b, c, t, h)
+    Bh = Bh.reshape(b, c, t, h, n)
+    Ch = Ch.reshape(b, c, t, h, n)
+
+    a = (dt32 * A.float()).permute(0, 1, 3, 2)  # [b, c, h, t] log-decay per step
+    a_cum = torch.cumsum(a, dim=-1)  # [b, c, h, t]
+    xdt = x32 * dt32[..., None]  # [b, c, t, h, p]
+
+    # 1. Within each chunk: y_i += sum_{j<=i} (C_i . B_j) exp(a_{j+1..i}) dt_j x_j.
+    decay_within = torch.exp(segment_sum(a))  # [b, c, h, t, t]
+    scores = torch.einsum("bcihn,bcjhn->bchij", Ch, Bh) * decay_within
+    y = torch.einsum("bchij,bcjhp->bcihp", scores, xdt)
+
+    # 2. Each chunk's own contribution to the state at its end.
+    decay_to_end = torch.exp(a_cum[..., -1:] - a_cum)  # [b, c, h, t]
+    chunk_states = torch.einsum("bchj,bcjhn,bcjhp->bchpn", decay_to_end, Bh, xdt)
+
+    # 3. Carry the state across chunks (c is small: a plain loop reads best).
+    state = x32.new_zeros(b, h, p, n) if initial_state is None else initial_state.float()
+    chunk_decay = torch.exp(a_cum[..., -1])  # [b, c, h]
+    starts = []
+    for k in range(c):
+        starts.append(state)
+        state = state * chunk_decay[:, k, :, None, None] + chunk_states[:, k]
+    start_states = torch.stack(starts, dim=1)  # [b, c, h, p, n]
+
+    # 4. The state entering each chunk, decayed to each step and read out by C.
+    y = y + torch.einsum("bcihn,bchpn,bchi->bcihp", Ch, start_states, torch.exp(a_cum))
+    y = y + D.float()[:, None] * x32
+    y = y.reshape(b, c * t, h, p)[:, :l]
+    return y.to(x.dtype), state
