@@ -293,6 +293,8 @@ class VLConfig:
 
     Attributes:
         hidden_size: the language model's width ``h`` (``text_config.hidden_size``).
+        text_config: the language model's config, when the wrapper carries one (it must then
+            agree with ``hidden_size`` and ``vocab_size``).
         vocab_size: the language model's vocabulary size.
         vit_hidden_size: the vision tower's width ``C``.
         projector_hidden_size: the width of ``mlp1``'s hidden layer.
@@ -317,6 +319,7 @@ class VLConfig:
     video_temporal_patch_size: int = 1
     dynamic_resolution: bool = False
     has_audio: bool = False
+    text_config: NemotronHConfig | None = None
     # Derived in __post_init__.
     shuffle_factor: int = field(init=False)
     num_image_token: int = field(init=False)
@@ -341,6 +344,13 @@ class VLConfig:
             raise ConfigError(
                 "downsample_ratio", "the reciprocal of an integer", self.downsample_ratio
             )
+        text = self.text_config
+        if text is not None:
+            for name in ("hidden_size", "vocab_size"):
+                if getattr(text, name) != getattr(self, name):
+                    raise ConfigError(
+                        name, f"text_config.{name}={getattr(text, name)}", getattr(self, name)
+                    )
         if self.ps_version not in ("v1", "v2"):
             raise ConfigError("ps_version", "'v1' or 'v2'", self.ps_version)
         if self.force_image_size % self.patch_size != 0:

@@ -170,7 +170,8 @@ class Mamba2Mixer(nn.Module):
 
 
 class Attention(nn.Module):
-    """Causal grouped-query attention, no positional encoding: fused ``qkv_proj``, ``o_proj``."""
+    """Causal grouped-query attention, no positional encoding: fused ``qkv_proj``, ``o_proj``,
+    no biases (vLLM and transformers both ignore ``attention_bias``)."""
 
     def __init__(self, config: NemotronHConfig) -> None:
         super().__init__()
@@ -181,10 +182,8 @@ class Attention(nn.Module):
             c.attention_head_dim,
         )
         self.q_size, self.kv_size = self.heads * self.head_dim, self.kv_heads * self.head_dim
-        self.qkv_proj = nn.Linear(
-            c.hidden_size, self.q_size + 2 * self.kv_size, bias=c.attention_bias
-        )
-        self.o_proj = nn.Linear(self.q_size, c.hidden_size, bias=c.attention_bias)
+        self.qkv_proj = nn.Linear(c.hidden_size, self.q_size + 2 * self.kv_size, bias=False)
+        self.o_proj = nn.Linear(self.q_size, c.hidden_size, bias=False)
 
     def _qkv(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         b, l, _ = x.shape

@@ -39,7 +39,7 @@ class WeightLoadError(ValueError):
         for title, names in (
             ("missing", missing),
             ("unexpected", unexpected),
-            ("mis-shaped", mis_shaped),
+            ("mis-shaped or inconsistent", mis_shaped),
         ):
             if names:
                 parts.append(f"{len(names)} {title}: " + ", ".join(names))
@@ -70,12 +70,14 @@ def convert_state_dict(
     qkv: dict[str, dict[str, torch.Tensor]] = {}
     experts: dict[str, dict[int, torch.Tensor]] = {}
     unexpected: list[str] = []
+    tied_head: torch.Tensor | None = None
     for original, tensor in weights:
         name = map_name(original)
         if name is None:
             continue
         if model.config.tie_word_embeddings and name == "lm_head.weight":
-            continue  # tied: the embedding is the head
+            tied_head = tensor  # tied: the embedding is the head; checked below
+            continue
         if (m := _QKV.match(name)) is not None:
             qkv.setdefault(f"{m['prefix']}.qkv_proj.weight", {})[m["part"]] = tensor
         elif (m := _EXPERT.match(name)) is not None:
@@ -110,6 +112,11 @@ def convert_state_dict(
         for name, t in out.items()
         if t.shape != expected[name]
     ]
+    embed = out.get("model.embed_tokens.weight")
+    if tied_head is not None and embed is not None and not torch.equal(tied_head, embed):
+        mis_shaped.append(
+            "lm_head.weight (tie_word_embeddings is set, but it differs from the embeddings)"
+        )
     if missing or unexpected or mis_shaped:
         raise WeightLoadError(sorted(missing), sorted(unexpected), mis_shaped)
     return out

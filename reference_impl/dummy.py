@@ -1,0 +1,220 @@
+"""Minimal-layer configs for tests, and the Mamba state-shape helpers.
+
+:func:`minimal_text_config` is the hybrid-aware equivalent of vLLM's test helper
+``dummy_hf_overrides``: vLLM's generic shrinker sets ``num_hidden_layers=1``, which breaks
+NemotronH's invariant ``len(hybrid_override_pattern) == num_hidden_layers``. Here the pattern
+itself shrinks: the first layer(s) of every kind the original has are kept, in their order.
+
+The state helpers answer "what shape and dtype is one sequence's Mamba state" from a config alone
+and only *read* it: a serving engine's config can hold live layers (``nn.Parameter`` subclasses
+whose deep copy fails), so copying the whole config is never an option (vLLM PR #38655).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+from reference_impl.config import ConfigError, NemotronHConfig, VLConfig
+
+
+def minimal_pattern(pattern: str, layers_per_kind: int = 1) -> str:
+    """The first ``layers_per_kind`` layers of each kind in ``pattern``, in their order.
+
+    ``"M-M-M*-M-M*-E"`` becomes ``"M-*E"``: every kind the original has, nothing more.
+    """
+    return "".join(pattern[i] for i in kept_layers(pattern, layers_per_kind))
+
+
+def kept_layers(pattern: str, layers_per_kind: int = 1) -> list[int]:
+    """Indices of the layers :func:`minimal_pattern` keeps."""
+    if layers_per_kind < 1:
+        raise ConfigError("layers_per_kind", "a positive int", layers_per_kind)
+    seen: dict[str, int] = {}
+    kept = []
+    for i, letter in enumerate(pattern):
+        if seen.get(letter, 0) < layers_per_kind:
+            seen[letter] = seen.get(letter, 0) + 1
+            kept.append(i)
+    return kept
+
+
+def _apply_overrides(config: Any, overrides: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """Validated field updates for a dataclass config; unknown keys name the config."""
+    names = {f.name for f in dataclasses.fields(config) if f.init}
+    unknown = sorted(set(overrides) - names - {"num_hidden_layers"})
+    if unknown:
+        raise ConfigError(f"{where} overrides", f"fields of {type(config).__name__}", unknown)
+    updates = {k: v for k, v in overrides.items() if k != "num_hidden_layers"}
+    if isinstance(updates.get("intermediate_size"), list):
+        updates["intermediate_size"] = tuple(updates["intermediate_size"])
+    return updates
+
+
+def minimal_text_config(
+    config: NemotronHConfig,
+    *,
+    layers_per_kind: int = 1,
+    experts_per_group: int = 2,
+    overrides: Mapping[str, Any] | None = None,
+) -> NemotronHConfig:
+    """A small copy of ``config`` (the original is never modified).
+
+    - the pattern keeps the first ``layers_per_kind`` layers of each kind (and, for a list of
+      MLP widths, the widths of the kept MLP layers);
+    - MoE keeps ``n_group`` groups of ``experts_per_group`` experts, and at most 2 experts per
+      token;
+    - then ``overrides`` apply, e.g. vLLM's registry values
+      ``{"num_hidden_layers": 2, "hybrid_override_pattern": "M*"}``; ``num_hidden_layers`` must
+      agree with the resulting pattern. Every inconsistency raises :class:`ConfigError`.
+    """
+    overrides = dict(overrides or {})
+    pattern = minimal_pattern(config.hybrid_override_pattern, layers_per_kind)
+    widths: int | tuple[int, ...] = config.intermediate_size
+    if isinstance(widths, tuple):  # one width per MLP layer: keep the kept layers' widths
+        mlps = [i for i, c in enumerate(config.hybrid_override_pattern) if c == "-"]
+        kept = kept_layers(config.hybrid_override_pattern, layers_per_kind)
+        widths = tuple(widths[mlps.index(i)] for i in kept if i in mlps)
+    shrunk: dict[str, Any] = {"hybrid_override_pattern": pattern, "intermediate_size": widths}
+    if "E" in config.hybrid_override_pattern:
+        experts = experts_per_group * config.n_group
+        shrunk.update(
+            n_routed_experts=experts,
+            num_experts_per_tok=min(
+                config.num_experts_per_tok, 2, config.topk_group * experts_per_group
+            ),
+        )
+    updates = _apply_overrides(config, overrides, "text_config")
+    if (
+        "hybrid_override_pattern" in updates
+        and isinstance(widths, tuple)
+        and "intermediate_size" not in updates
+    ):
+        # An explicit pattern decides the MLP count; spread the original's first width.
+        count = updates["hybrid_override_pattern"].count("-")
+        shrunk["intermediate_size"] = tuple([widths[0] if widths else 1] * count) if count else 1
+    result = dataclasses.replace(config, **{**shrunk, **updates})
+    layers = overrides.get("num_hidden_layers")
+    if layers is not None and layers != result.num_hidden_layers:
+        raise ConfigError(
+            "text_config.num_hidden_layers",
+            f"the length of hybrid_override_pattern {result.hybrid_override_pattern!r} "
+            f"({result.num_hidden_layers})",
+            layers,
+        )
+    return result
+
+
+def minimal_vl_config(
+    config: VLConfig,
+    *,
+    layers_per_kind: int = 1,
+    overrides: Mapping[str, Any] | None = None,
+) -> VLConfig:
+    """A small copy of a multimodal config: its ``text_config`` shrunk by
+    :func:`minimal_text_config`; nested ``{"text_config": {...}}`` overrides are applied *to the
+    nested config* (field by field, validated), never merged in as a plain dict; other keys
+    override top-level fields."""
+    if config.text_config is None:
+        raise ConfigError("text_config", "a NemotronHConfig to shrink", None)
+    overrides = dict(overrides or {})
+    text_overrides = overrides.pop("text_config", {})
+    if not isinstance(text_overrides, Mapping):
+        raise ConfigError(
+            "text_config overrides", "a mapping of field overrides", type(text_overrides).__name__
+        )
+    text = minimal_text_config(
+        config.text_config, layers_per_kind=layers_per_kind, overrides=text_overrides
+    )
+    updates = _apply_overrides(config, overrides, "top-level")
+    return dataclasses.replace(
+        config,
+        **updates,
+        text_config=text,
+        hidden_size=text.hidden_size,
+        vocab_size=text.vocab_size,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Mamba state shapes and dtypes
+
+
+def extra_groups_for_tp(n_groups: int, tp_size: int) -> int:
+    """Groups added so that every tensor-parallel shard holds the groups its heads use."""
+    return 0 if n_groups % tp_size == 0 else tp_size - n_groups
+
+
+def mamba_state_shapes(
+    text_config: Any, tp_size: int = 1, num_speculative_tokens: int = 0
+) -> tuple[tuple[int, int], tuple[int, int, int]]:
+    """One sequence's Mamba state per layer: the conv window ``(conv_dim / tp, K - 1 + spec)``
+    and the SSM state ``(heads / tp, head_dim, N)``. Reads attributes only."""
+    heads = int(text_config.mamba_num_heads)
+    head_dim = int(text_config.mamba_head_dim)
+    groups = int(text_config.n_groups)
+    state = int(text_config.ssm_state_size)
+    groups += extra_groups_for_tp(groups, tp_size)
+    conv_dim = heads * head_dim + 2 * groups * state
+    if conv_dim % tp_size or heads % tp_size:
+        raise ConfigError("tp_size", f"a divisor of conv_dim={conv_dim} and heads={heads}", tp_size)
+    conv = (conv_dim // tp_size, int(text_config.conv_kernel) - 1 + num_speculative_tokens)
+    return conv, (heads // tp_size, head_dim, state)
+
+
+_DTYPES = {
+    "float32": torch.float32,
+    "float16": torch.float16,
+    "bfloat16": torch.bfloat16,
+    "half": torch.float16,
+    "float": torch.float32,
+}
+
+
+def mamba_state_dtypes(
+    model_dtype: torch.dtype, mamba_cache_dtype: str = "auto", mamba_ssm_cache_dtype: str = "auto"
+) -> tuple[torch.dtype, torch.dtype]:
+    """(conv, ssm) state dtypes: ``"auto"`` follows the model (and the SSM the conv state)."""
+
+    def resolve(name: str, default: torch.dtype, field: str) -> torch.dtype:
+        if name == "auto":
+            return default
+        if name not in _DTYPES:
+            raise ConfigError(field, f"'auto' or one of {sorted(_DTYPES)}", name)
+        return _DTYPES[name]
+
+    conv = resolve(mamba_cache_dtype, model_dtype, "mamba_cache_dtype")
+    return conv, resolve(mamba_ssm_cache_dtype, conv, "mamba_ssm_cache_dtype")
+
+
+def text_config_of(engine_config: Any) -> Any:
+    """``engine_config.model_config.hf_config.text_config`` (or the hf_config itself for a
+    text-only model), read without copying anything."""
+    hf_config = engine_config.model_config.hf_config
+    text = getattr(hf_config, "text_config", None)
+    return hf_config if text is None else text
+
+
+def mamba_state_shape_from_config(
+    engine_config: Any,
+) -> tuple[tuple[int, int], tuple[int, int, int]]:
+    """The equivalent of ``NemotronH_Nano_VL_V2.get_mamba_state_shape_from_config``: shapes from
+    the nested text config and the parallel / speculative settings. Never copies the config."""
+    parallel = getattr(engine_config, "parallel_config", None)
+    tp = int(getattr(parallel, "tensor_parallel_size", 1) or 1)
+    spec = int(getattr(engine_config, "num_speculative_tokens", 0) or 0)
+    return mamba_state_shapes(text_config_of(engine_config), tp, spec)
+
+
+def mamba_state_dtype_from_config(engine_config: Any) -> tuple[torch.dtype, torch.dtype]:
+    """The equivalent of ``get_mamba_state_dtype_from_config``; reads, never copies."""
+    model_dtype = engine_config.model_config.dtype
+    cache = getattr(engine_config, "cache_config", None)
+    return mamba_state_dtypes(
+        model_dtype,
+        getattr(cache, "mamba_cache_dtype", "auto"),
+        getattr(cache, "mamba_ssm_cache_dtype", "auto"),
+    )
