@@ -87,6 +87,7 @@ def convert_state_dict(
         else:
             unexpected.append(original)
     missing: list[str] = []
+    accounted = set(qkv) | set(experts)  # reported part by part below
     for name, parts in qkv.items():
         if set(parts) == {"q", "k", "v"} and name in expected:
             out[name] = torch.cat([parts["q"], parts["k"], parts["v"]], dim=0)
@@ -106,7 +107,7 @@ def convert_state_dict(
             missing += [f"{name} expert {j}" for j in absent]
         else:
             out[name] = torch.stack([rows[j] for j in range(count)])
-    missing += sorted(n for n in expected if n not in out and not any(n in m for m in missing))
+    missing += sorted(n for n in expected if n not in out and n not in accounted)
     mis_shaped = [
         f"{name} (expected {tuple(expected[name])}, got {tuple(t.shape)})"
         for name, t in out.items()

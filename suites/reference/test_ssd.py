@@ -10,14 +10,14 @@ from hypothesis import strategies as st
 from reference_impl.ssd import segment_sum, ssd_chunked, ssd_sequential
 
 
-def scan_inputs(seed, b, l, h, p, g, n, decay=1.0):
+def scan_inputs(seed, b, length, h, p, g, n, decay=1.0):
     gen = torch.Generator().manual_seed(seed)
     return dict(
-        x=torch.randn(b, l, h, p, generator=gen),
-        dt=F.softplus(torch.randn(b, l, h, generator=gen)),
+        x=torch.randn(b, length, h, p, generator=gen),
+        dt=F.softplus(torch.randn(b, length, h, generator=gen)),
         A=-torch.rand(h, generator=gen) * decay,
-        B=torch.randn(b, l, g, n, generator=gen),
-        C=torch.randn(b, l, g, n, generator=gen),
+        B=torch.randn(b, length, g, n, generator=gen),
+        C=torch.randn(b, length, g, n, generator=gen),
         D=torch.randn(h, generator=gen),
     )
 
@@ -25,7 +25,7 @@ def scan_inputs(seed, b, l, h, p, g, n, decay=1.0):
 @given(
     seed=st.integers(0, 2**16),
     b=st.integers(1, 2),
-    l=st.integers(1, 70),
+    length=st.integers(1, 70),
     chunk=st.sampled_from([1, 3, 8, 16, 64]),
     groups=st.sampled_from([1, 2, 4]),
     heads_per_group=st.integers(1, 3),
@@ -33,9 +33,11 @@ def scan_inputs(seed, b, l, h, p, g, n, decay=1.0):
     n=st.integers(1, 6),
     with_state=st.booleans(),
 )
-def test_chunked_equals_sequential(seed, b, l, chunk, groups, heads_per_group, p, n, with_state):
+def test_chunked_equals_sequential(
+    seed, b, length, chunk, groups, heads_per_group, p, n, with_state
+):
     h = groups * heads_per_group
-    args = scan_inputs(seed, b, l, h, p, groups, n)
+    args = scan_inputs(seed, b, length, h, p, groups, n)
     state = torch.randn(b, h, p, n) if with_state else None
     y_seq, s_seq = ssd_sequential(**args, initial_state=state)
     y_chk, s_chk = ssd_chunked(**args, chunk_size=chunk, initial_state=state)
@@ -68,5 +70,7 @@ def test_strong_decay_stays_accurate():
 def test_segment_sum():
     a = torch.tensor([1.0, 2.0, 3.0])
     s = segment_sum(a)
-    assert s[2, 0] == 5.0 and s[2, 1] == 3.0 and s[1, 1] == 0.0
+    assert s[2, 0] == 5.0
+    assert s[2, 1] == 3.0
+    assert s[1, 1] == 0.0
     assert s[0, 1] == float("-inf")
