@@ -5,6 +5,7 @@
     nox -s lint          ruff check + ruff format --check
     nox -s typecheck     mypy --strict on harness/ and reference_impl/
     nox -s fuzz          long hypothesis runs of the property checks
+    nox -s bench         speed of the reference LM beside transformers (reports/benchmarks/)
     nox -s gpu           `pytest -m gpu --device cuda` in the current environment (GPU machines)
 
 Sessions that need torch and vLLM share one environment, ``.nox/shared``, built once and reused:
@@ -77,7 +78,7 @@ def tests(session: nox.Session) -> None:
         "pytest",
         "suites",
         "-m",
-        "not gpu and not fuzz",
+        "not gpu and not fuzz and not bench",
         f"--junitxml={REPORTS / 'junit-tests.xml'}",
         *session.posargs,
         env=CPU_ENV,
@@ -138,6 +139,41 @@ def fuzz(session: nox.Session) -> None:
         "(hypothesis or fuzz) and not gpu",
         *session.posargs,
         env={**CPU_ENV, "HYPOTHESIS_PROFILE": "fuzz"},
+        external=True,
+    )
+
+
+@nox.session(venv_backend="none")
+def bench(session: nox.Session) -> None:
+    """Speed of the reference LM beside transformers: reports/benchmarks/lm.{json,md}.
+
+    Fails when a target (ratios named in the LM issue) is missed.
+    """
+    python = shared_python(session)
+    out = REPORTS / "benchmarks"
+    out.mkdir(parents=True, exist_ok=True)
+    session.run(
+        python,
+        "-m",
+        "pytest",
+        "suites/benchmarks",
+        "-m",
+        "bench",
+        "-p",
+        "no:cacheprovider",
+        f"--benchmark-json={out / 'lm.json'}",
+        "--benchmark-columns=median,min,max",
+        *session.posargs,
+        env=CPU_ENV,
+        external=True,
+    )
+    session.run(
+        python,
+        "-m",
+        "harness.bench_report",
+        str(out / "lm.json"),
+        str(out / "lm.md"),
+        env=CPU_ENV,
         external=True,
     )
 

@@ -198,9 +198,9 @@ class Attention(nn.Module):
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None
     ) -> torch.Tensor:
         """``q [b, a, l, d]``, ``k, v [b, k, s, d]``; each key head serves ``a/k`` query heads."""
-        rep = self.heads // self.kv_heads
-        k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None)
+        out = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=mask, is_causal=mask is None, enable_gqa=True
+        )
         b, _, l, _ = q.shape
         projected: torch.Tensor = self.o_proj(out.transpose(1, 2).reshape(b, l, self.q_size))
         return projected

@@ -18,8 +18,8 @@ The recurrence, per head, with ``dt > 0`` (after softplus) and ``A < 0``::
 :func:`ssd_sequential` runs it step by step: the oracle, and the decode step. :func:`ssd_chunked`
 computes the same in O(l) with matrix products: within a chunk the output is a masked
 "attention" ``(C_i . B_j) * exp(a_i - a_j) * dt_j`` over ``j <= i``; across chunks a short
-recurrence carries the state (as in state-spaces/mamba's ``ssd_minimal``, with B and C expanded
-per head so ``g > 1`` works).
+recurrence carries the state (as in state-spaces/mamba's ``ssd_minimal``, with heads split into
+``g`` groups of ``r = h/g`` so that ``g > 1`` works).
 
 Everything runs in fp32; outputs are cast back to ``x``'s dtype.
 """
@@ -27,7 +27,6 @@ Everything runs in fp32; outputs are cast back to ``x``'s dtype.
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 
 
 def expand_groups(bc: torch.Tensor, num_heads: int) -> torch.Tensor:
@@ -98,46 +97,57 @@ def ssd_chunked(
     initial_state: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The same scan in chunks of ``chunk_size`` steps. Arguments and results as
-    :func:`ssd_sequential`."""
-    b, l, h, p = x.shape
-    n = B.shape[-1]
-    t = chunk_size
-    pad = (-l) % t
-    # dt = 0 on padding: no decay and no input, so the final state is exact.
-    x32 = F.pad(x.float(), (0, 0, 0, 0, 0, pad))
-    dt32 = F.pad(dt.float(), (0, 0, 0, pad))
-    Bh = F.pad(expand_groups(B.float(), h), (0, 0, 0, 0, 0, pad))
-    Ch = F.pad(expand_groups(C.float(), h), (0, 0, 0, 0, 0, pad))
-    c = (l + pad) // t
-    x32 = x32.reshape(b, c, t, h, p)
-    dt32 = dt32.reshape(b, c, t, h)
-    Bh = Bh.reshape(b, c, t, h, n)
-    Ch = Ch.reshape(b, c, t, h, n)
+    :func:`ssd_sequential`.
 
-    a = (dt32 * A.float()).permute(0, 1, 3, 2)  # [b, c, h, t] log-decay per step
-    a_cum = torch.cumsum(a, dim=-1)  # [b, c, h, t]
-    xdt = x32 * dt32[..., None]  # [b, c, t, h, p]
+    Heads are split as ``h = g * r`` (``r`` heads per group), so B and C are used per group,
+    never copied per head.
+    """
+    b, l, h, p = x.shape
+    g, n = B.shape[-2:]
+    r, t = h // g, chunk_size
+    pad = (-l) % t
+    c = (l + pad) // t
+
+    def chunks(v: torch.Tensor) -> torch.Tensor:
+        """``[b, l, ...]`` in fp32, zero-padded to ``c * t`` steps, as ``[b, c, t, ...]``.
+        (dt = 0 on padding: no decay and no input, so the final state is exact.)"""
+        v = v.float()
+        if pad:
+            v = torch.cat([v, v.new_zeros(b, pad, *v.shape[2:])], dim=1)
+        return v.reshape(b, c, t, *v.shape[2:])
+
+    x32 = chunks(x).reshape(b, c, t, g, r, p)
+    dt32 = chunks(dt).reshape(b, c, t, g, r)
+    B32, C32 = chunks(B), chunks(C)  # [b, c, t, g, n]
+
+    a = (dt32 * A.float().reshape(g, r)).permute(0, 1, 3, 4, 2)  # [b, c, g, r, t] log-decay
+    a_cum = torch.cumsum(a, dim=-1)
+    xdt = x32 * dt32[..., None]  # [b, c, t, g, r, p]
 
     # 1. Within each chunk: y_i += sum_{j<=i} (C_i . B_j) exp(a_{j+1..i}) dt_j x_j.
-    decay_within = torch.exp(segment_sum(a))  # [b, c, h, t, t]
-    scores = torch.einsum("bcihn,bcjhn->bchij", Ch, Bh) * decay_within
-    y = torch.einsum("bchij,bcjhp->bcihp", scores, xdt)
+    scores = torch.einsum("bcign,bcjgn->bcgij", C32, B32)  # shared by the group's heads
+    weights = scores[:, :, :, None] * torch.exp(segment_sum(a))  # [b, c, g, r, t, t]
+    y = torch.einsum("bcgrij,bcjgrp->bcigrp", weights, xdt)
 
     # 2. Each chunk's own contribution to the state at its end.
-    decay_to_end = torch.exp(a_cum[..., -1:] - a_cum)  # [b, c, h, t]
-    chunk_states = torch.einsum("bchj,bcjhn,bcjhp->bchpn", decay_to_end, Bh, xdt)
+    decay_to_end = torch.exp(a_cum[..., -1:] - a_cum)  # [b, c, g, r, t]
+    chunk_states = torch.einsum("bcgrj,bcjgn,bcjgrp->bcgrpn", decay_to_end, B32, xdt)
 
     # 3. Carry the state across chunks (c is small: a plain loop reads best).
-    state = x32.new_zeros(b, h, p, n) if initial_state is None else initial_state.float()
-    chunk_decay = torch.exp(a_cum[..., -1])  # [b, c, h]
+    state = (
+        x32.new_zeros(b, g, r, p, n)
+        if initial_state is None
+        else initial_state.float().reshape(b, g, r, p, n)
+    )
+    chunk_decay = torch.exp(a_cum[..., -1])  # [b, c, g, r]
     starts = []
     for k in range(c):
         starts.append(state)
-        state = state * chunk_decay[:, k, :, None, None] + chunk_states[:, k]
-    start_states = torch.stack(starts, dim=1)  # [b, c, h, p, n]
+        state = state * chunk_decay[:, k, ..., None, None] + chunk_states[:, k]
+    start_states = torch.stack(starts, dim=1)  # [b, c, g, r, p, n]
 
     # 4. The state entering each chunk, decayed to each step and read out by C.
-    y = y + torch.einsum("bcihn,bchpn,bchi->bcihp", Ch, start_states, torch.exp(a_cum))
-    y = y + D.float()[:, None] * x32
+    y = y + torch.einsum("bcign,bcgrpn,bcgri->bcigrp", C32, start_states, torch.exp(a_cum))
+    y = y + D.float().reshape(g, r, 1) * x32
     y = y.reshape(b, c * t, h, p)[:, :l]
-    return y.to(x.dtype), state
+    return y.to(x.dtype), state.reshape(b, h, p, n)

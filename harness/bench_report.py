@@ -1,0 +1,124 @@
+"""Targets over pytest-benchmark results: ``python -m harness.bench_report BENCH.json [OUT.md]``.
+
+Reads the JSON that ``pytest suites/benchmarks --benchmark-json=...`` writes, computes the
+ratios the language-model issue names (medians), and writes a markdown table with each target,
+the measured value and whether it is met. Exit status 0 when every target is met, 1 otherwise.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+NOISE = 1.05  # "no slower" allows 5% measurement noise
+
+
+@dataclass(frozen=True)
+class Target:
+    name: str
+    value: Callable[[dict[str, float]], float]
+    limit: float
+    at_least: bool = False  # True: value >= limit; False: value <= limit
+
+    def met(self, value: float) -> bool:
+        return value >= self.limit if self.at_least else value <= self.limit
+
+
+def medians(data: dict[str, Any]) -> dict[str, float]:
+    """Median seconds by test name (``test_prefill[M*M--reference-1024]``)."""
+    return {b["name"]: float(b["stats"]["median"]) for b in data["benchmarks"]}
+
+
+def _ratio(a: str, b: str) -> Callable[[dict[str, float]], float]:
+    return lambda m: m[a] / m[b]
+
+
+TARGETS = (
+    Target(
+        "prefill 1,024 tokens: reference / transformers",
+        _ratio("test_prefill[M*M--reference-1024]", "test_prefill[M*M--transformers-1024]"),
+        NOISE,
+    ),
+    Target(
+        "prefill 4,096 tokens: reference / transformers",
+        _ratio("test_prefill[M*M--reference-4096]", "test_prefill[M*M--transformers-4096]"),
+        NOISE,
+    ),
+    Target(
+        "cached decode after 256: reference / transformers",
+        _ratio("test_decode_after_256[M*M--reference]", "test_decode_after_256[M*M--transformers]"),
+        NOISE,
+    ),
+    Target(
+        "all-Mamba prefill: time(L=4096) / time(L=1024)",
+        _ratio("test_prefill_all_mamba[4096]", "test_prefill_all_mamba[1024]"),
+        4.5,
+    ),
+    Target(
+        "all-Mamba decode per token: context 4096 / context 256",
+        _ratio("test_decode_all_mamba[4096]", "test_decode_all_mamba[256]"),
+        1.5,
+    ),
+    Target(
+        "scan at L=2048: sequential / chunked",
+        _ratio("test_scan_2048[sequential]", "test_scan_2048[chunked]"),
+        5.0,
+        at_least=True,
+    ),
+)
+
+
+def render(data: dict[str, Any]) -> tuple[str, bool]:
+    m = medians(data)
+    machine = data.get("machine_info", {})
+    lines = [
+        "# Reference language model: speed",
+        "",
+        f"Measured {data.get('datetime', '?')} on {machine.get('cpu', {}).get('brand_raw', '?')}"
+        f" ({machine.get('cpu', {}).get('count', '?')} cores), torch threads 2, medians of "
+        "5 rounds, by `nox -s bench`.",
+        "",
+        "| target | limit | measured | met |",
+        "|---|---|---|---|",
+    ]
+    all_met = True
+    for target in TARGETS:
+        try:
+            value = target.value(m)
+        except KeyError as e:
+            lines.append(f"| {target.name} | — | not measured ({e}) | no |")
+            all_met = False
+            continue
+        met = target.met(value)
+        all_met &= met
+        op = ">=" if target.at_least else "<="
+        lines.append(
+            f"| {target.name} | {op} {target.limit:g} | {value:.3f} | "
+            f"{'yes' if met else '**no**'} |"
+        )
+    lines += ["", "| case | median (ms) |", "|---|---|"]
+    lines += [f"| `{name}` | {seconds * 1e3:.2f} |" for name, seconds in sorted(m.items())]
+    decode = {k: v for k, v in m.items() if "decode" in k}
+    if decode:
+        lines += ["", "Decode cases time 32 tokens; per token divide by 32."]
+    return "\n".join(lines) + "\n", all_met
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if not args or len(args) > 2:
+        print("usage: python -m harness.bench_report BENCH.json [OUT.md]", file=sys.stderr)
+        return 2
+    text, ok = render(json.loads(Path(args[0]).read_text()))
+    if len(args) == 2:
+        Path(args[1]).write_text(text)
+    print(text)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
