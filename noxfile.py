@@ -67,33 +67,35 @@ def shared_python(session: nox.Session) -> str:
     return str(python)
 
 
+def pytest(session: nox.Session, *args: str, env: dict[str, str] | None = None) -> None:
+    """``python -m pytest ARGS POSARGS`` in the shared environment, on CPU."""
+    session.run(
+        shared_python(session),
+        "-m",
+        "pytest",
+        *args,
+        *session.posargs,
+        env={**CPU_ENV, **(env or {})},
+        external=True,
+    )
+
+
 @nox.session(venv_backend="none")
 def tests(session: nox.Session) -> None:
     """The harness's own tests and the suites on `reference`, then the suites on `vllm`."""
-    python = shared_python(session)
     REPORTS.mkdir(exist_ok=True)
-    session.run(
-        python,
-        "-m",
-        "pytest",
+    pytest(
+        session,
         "suites",
         "-m",
         "not gpu and not fuzz and not bench",
         f"--junitxml={REPORTS / 'junit-tests.xml'}",
-        *session.posargs,
-        env=CPU_ENV,
-        external=True,
     )
-    session.run(
-        python,
-        "-m",
-        "pytest",
+    pytest(
+        session,
         "suites/conformance",
         "--target=vllm",
         f"--junitxml={REPORTS / 'junit-tests-vllm.xml'}",
-        *session.posargs,
-        env=CPU_ENV,
-        external=True,
     )
 
 
@@ -129,17 +131,12 @@ def fuzz(session: nox.Session) -> None:
 
     Posargs go to pytest, e.g. `nox -s fuzz -- --target vllm`.
     """
-    python = shared_python(session)
-    session.run(
-        python,
-        "-m",
-        "pytest",
+    pytest(
+        session,
         "suites",
         "-m",
         "(hypothesis or fuzz) and not gpu",
-        *session.posargs,
-        env={**CPU_ENV, "HYPOTHESIS_PROFILE": "fuzz"},
-        external=True,
+        env={"HYPOTHESIS_PROFILE": "fuzz"},
     )
 
 
@@ -149,13 +146,10 @@ def bench(session: nox.Session) -> None:
 
     Fails when a target (ratios named in the LM issue) is missed.
     """
-    python = shared_python(session)
     out = REPORTS / "benchmarks"
     out.mkdir(parents=True, exist_ok=True)
-    session.run(
-        python,
-        "-m",
-        "pytest",
+    pytest(
+        session,
         "suites/benchmarks",
         "-m",
         "bench",
@@ -163,12 +157,9 @@ def bench(session: nox.Session) -> None:
         "no:cacheprovider",
         f"--benchmark-json={out / 'lm.json'}",
         "--benchmark-columns=median,min,max",
-        *session.posargs,
-        env=CPU_ENV,
-        external=True,
     )
     session.run(
-        python,
+        shared_python(session),
         "-m",
         "harness.bench_report",
         str(out / "lm.json"),
