@@ -1,0 +1,121 @@
+"""``no-tensor-truthiness``: the command line.
+
+    no-tensor-truthiness [PATH ...] [--format text|json|github|sarif] [--select CODES]
+                         [--ignore CODES] [--exclude GLOB ...] [--include GLOB ...]
+                         [--config PYPROJECT] [--no-cache] [--cache-dir DIR] [--jobs N]
+                         [--type-aware] [--exit-zero] [--statistics] [--output FILE]
+
+Exit status: 0 no findings, 1 findings, 2 a usage or configuration error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+from harness.lint.config import LintConfigError, find_pyproject, load_config
+from harness.lint.output import FORMATS, render
+from harness.lint.rules import RULES
+from harness.lint.runner import RunResult, discover, run
+
+
+def _codes(text: str) -> frozenset[str]:
+    codes = frozenset(c.strip().upper() for c in text.split(",") if c.strip())
+    unknown = sorted(codes - set(RULES))
+    if unknown:
+        raise argparse.ArgumentTypeError(f"unknown codes {unknown}; known: {sorted(RULES)}")
+    return codes
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="no-tensor-truthiness",
+        description="Find places that take the truth value of a tensor (if t:, not t, t or u, "
+        "assert t, bool(t), ...).",
+    )
+    p.add_argument("paths", nargs="*", type=Path, default=[Path(".")],
+                   help="files or folders (default: .)")
+    p.add_argument("--format", choices=FORMATS, default="text")
+    p.add_argument("--select", type=_codes, help="only these codes, comma-separated")
+    p.add_argument("--ignore", type=_codes, help="never these codes, comma-separated")
+    p.add_argument("--exclude", action="append", default=[], metavar="GLOB",
+                   help="skip matching files or folders (adds to the configuration)")
+    p.add_argument("--include", action="append", default=[], metavar="GLOB",
+                   help="check files matching (replaces the configuration's include)")
+    p.add_argument("--config", type=Path, metavar="PYPROJECT",
+                   help="read [tool.no-tensor-truthiness] from this file "
+                   "(default: the nearest pyproject.toml)")
+    p.add_argument("--no-cache", action="store_true", help="neither read nor write the cache")
+    p.add_argument("--cache-dir", type=Path, default=Path(".no-tensor-truthiness-cache"))
+    p.add_argument("--jobs", "-j", type=int, default=None, help="processes (default: cores)")
+    p.add_argument("--type-aware", action="store_true",
+                   help="also ask mypy for expression types (slow; needs mypy and torch)")
+    p.add_argument("--exit-zero", action="store_true", help="exit 0 even with findings")
+    p.add_argument("--statistics", action="store_true", help="print counts to stderr")
+    p.add_argument("--output", type=Path, help="write the report here instead of stdout")
+    p.add_argument("--list-rules", action="store_true", help="print the rule codes and exit")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        args = parser().parse_args(argv)
+    except SystemExit as e:
+        return 0 if e.code == 0 else 2
+    if args.list_rules:
+        for rule in RULES.values():
+            print(f"{rule.code}  tensor as {rule.context}")
+        return 0
+    try:
+        pyproject = args.config or find_pyproject(Path.cwd())
+        if args.config is not None and not args.config.is_file():
+            raise LintConfigError(f"--config: {args.config}: no such file")
+        config = load_config(pyproject)
+    except LintConfigError as e:
+        print(f"no-tensor-truthiness: error: {e}", file=sys.stderr)
+        return 2
+    if args.select is not None:
+        config = replace(config, select=args.select)
+    if args.ignore is not None:
+        config = replace(config, ignore=config.ignore | args.ignore)
+    if args.exclude:
+        config = replace(config, exclude=(*config.exclude, *args.exclude))
+    if args.include:
+        config = replace(config, include=tuple(args.include))
+    missing = [str(p) for p in args.paths if not p.exists()]
+    if missing:
+        print(f"no-tensor-truthiness: error: no such file or folder: {', '.join(missing)}",
+              file=sys.stderr)
+        return 2
+    files = discover(args.paths, config)
+    result: RunResult = run(files, config, cache_dir=None if args.no_cache else args.cache_dir,
+                            jobs=args.jobs)
+    if args.type_aware:
+        from harness.lint.typeaware import TypeAwareUnavailable, type_aware_findings
+
+        try:
+            extra = type_aware_findings(files, config)
+        except TypeAwareUnavailable as e:
+            print(f"no-tensor-truthiness: error: --type-aware: {e}", file=sys.stderr)
+            return 2
+        seen = {(f.path, f.line, f.col) for f in result.findings}
+        result.findings = sorted(
+            [*result.findings, *(f for f in extra if (f.path, f.line, f.col) not in seen)]
+        )
+    text = render(result.findings, args.format)
+    if args.output is not None:
+        args.output.write_text(text)
+    else:
+        sys.stdout.write(text)
+    if args.statistics:
+        s = result.stats
+        print(f"{len(result.findings)} findings in {s.files} files ({s.parsed} parsed, "
+              f"{s.skipped} skipped, {s.cached} cached, {s.lines} lines parsed; "
+              f"{s.errors} unparseable, {s.internal_errors} internal errors)", file=sys.stderr)
+    return 0 if args.exit_zero or not result.findings else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
