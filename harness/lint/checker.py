@@ -22,10 +22,13 @@ from __future__ import annotations
 
 import ast
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from harness.lint.rules import FLAGGED, Kind, message
+
+#: The type-aware mode's lookup: an expression's kind as mypy inferred it, or None.
+Oracle = Callable[[ast.expr], "Kind | None"]
 
 #: Multimodal input keys whose values are tensors, lists of tensors or None.
 DEFAULT_TENSOR_KEY = (
@@ -43,7 +46,8 @@ TORCH_TENSOR_FUNCS = frozenset(
     concat concatenate stack hstack vstack dstack column_stack split_with_sizes where
     masked_select index_select gather scatter scatter_add take take_along_dim nonzero argwhere
     tril triu diag diagonal diag_embed outer einsum matmul mm bmm baddbmm addmm addmv mv dot
-    tensordot kron cross cumsum cumprod cummax cummin flip fliplr flipud roll rot90 repeat_interleave
+    tensordot kron cross cumsum cumprod cummax cummin flip fliplr flipud roll rot90
+    repeat_interleave
     tile broadcast_to reshape flatten unflatten squeeze unsqueeze transpose permute movedim
     swapaxes narrow select clone abs absolute neg negative exp exp2 expm1 log log2 log10 log1p
     sqrt rsqrt square pow sin cos tan tanh sigmoid softmax log_softmax relu gelu silu erf
@@ -180,8 +184,14 @@ def _dotted(node: ast.expr) -> list[str] | None:
 class ModuleChecker:
     """Checks one parsed module. ``findings`` holds the results after :meth:`run`."""
 
-    def __init__(self, tree: ast.Module, source: str, path: str,
-                 tensor_key: str = DEFAULT_TENSOR_KEY) -> None:
+    def __init__(
+        self,
+        tree: ast.Module,
+        source: str,
+        path: str,
+        tensor_key: str = DEFAULT_TENSOR_KEY,
+        oracle: Oracle | None = None,
+    ) -> None:
         self.tree = tree
         self.source = source
         self.path = path
@@ -189,6 +199,7 @@ class ModuleChecker:
         self.key_pattern = re.compile(tensor_key)
         self.imports = _Imports(tree)
         self.findings: list[Finding] = []
+        self.oracle = oracle  # type-aware mode: mypy's verdict where the syntax has none
         self.functions: dict[str, Kind] = {}  # module-level functions' return kinds
         self.classes: dict[str, dict[str, Kind]] = {}  # class -> attr / method -> kind
         self.class_stack: list[str] = []
@@ -317,13 +328,27 @@ class ModuleChecker:
             return _join(self.kind(node.body), self.kind(node.orelse))
         if isinstance(node, ast.Subscript):
             key = node.slice
-            if isinstance(key, ast.Constant) and isinstance(key.value, str) and (
-                self.key_pattern.search(key.value)
+            if (
+                isinstance(key, ast.Constant)
+                and isinstance(key.value, str)
+                and (self.key_pattern.search(key.value))
             ):
                 return Kind.OPTIONAL
             return Kind.UNKNOWN
-        if isinstance(node, (ast.List, ast.Tuple, ast.Dict, ast.Set, ast.ListComp,
-                             ast.DictComp, ast.SetComp, ast.GeneratorExp, ast.JoinedStr)):
+        if isinstance(
+            node,
+            (
+                ast.List,
+                ast.Tuple,
+                ast.Dict,
+                ast.Set,
+                ast.ListComp,
+                ast.DictComp,
+                ast.SetComp,
+                ast.GeneratorExp,
+                ast.JoinedStr,
+            ),
+        ):
             return Kind.NOT_TENSOR
         return Kind.UNKNOWN
 
@@ -339,16 +364,36 @@ class ModuleChecker:
                     return Kind.SCALAR if _no_dim(node, positional=1) else Kind.TENSOR
                 return Kind.TENSOR if name in TORCH_TENSOR_FUNCS else Kind.NOT_TENSOR
             if (
-                len(parts) == 4 and head in self.imports.torch and parts[1:3] == ["nn", "functional"]
+                len(parts) == 4
+                and head in self.imports.torch
+                and parts[1:3] == ["nn", "functional"]
             ) or (len(parts) == 2 and head in self.imports.functional):
                 return Kind.TENSOR
-            if parts in (["nn", "Parameter"], ["torch", "nn", "Parameter"]) or (
-                len(parts) == 1 and head in self.imports.parameter
-            ) or (len(parts) == 2 and head in self.imports.nn and name == "Parameter"):
+            if (
+                parts in (["nn", "Parameter"], ["torch", "nn", "Parameter"])
+                or (len(parts) == 1 and head in self.imports.parameter)
+                or (len(parts) == 2 and head in self.imports.nn and name == "Parameter")
+            ):
                 return Kind.TENSOR
             if len(parts) == 1:
-                if head in ("len", "isinstance", "bool", "int", "float", "str", "list", "tuple",
-                            "dict", "set", "sorted", "any", "all", "type", "id", "hash"):
+                if head in (
+                    "len",
+                    "isinstance",
+                    "bool",
+                    "int",
+                    "float",
+                    "str",
+                    "list",
+                    "tuple",
+                    "dict",
+                    "set",
+                    "sorted",
+                    "any",
+                    "all",
+                    "type",
+                    "id",
+                    "hash",
+                ):
                     return Kind.NOT_TENSOR
                 return self.functions.get(head, Kind.UNKNOWN)
             if len(parts) == 2 and head == "self" and self.class_stack:
@@ -358,8 +403,10 @@ class ModuleChecker:
         if isinstance(func, ast.Attribute):
             if func.attr in ("pop", "get") and node.args:
                 key = node.args[0]
-                if isinstance(key, ast.Constant) and isinstance(key.value, str) and (
-                    self.key_pattern.search(key.value)
+                if (
+                    isinstance(key, ast.Constant)
+                    and isinstance(key.value, str)
+                    and (self.key_pattern.search(key.value))
                 ):
                     return Kind.OPTIONAL
             receiver = self.kind(func.value)
@@ -373,16 +420,32 @@ class ModuleChecker:
 
     # -- reporting ----------------------------------------------------------------------
 
-    def report(self, node: ast.expr, code: str, kind: Kind) -> None:
+    def kind_or_oracle(self, node: ast.expr) -> tuple[Kind, bool]:
+        """The syntactic kind; where it is unknown, the oracle's (and whether it was used)."""
+        kind = self.kind(node)
+        if kind is Kind.UNKNOWN and self.oracle is not None:
+            typed = self.oracle(node)
+            if typed is not None and typed in FLAGGED:
+                return typed, True
+        return kind, False
+
+    def report(self, node: ast.expr, code: str, kind: Kind, typed: bool = False) -> None:
         text = ast.get_source_segment(self.source, node) or type(node).__name__
         text = " ".join(text.split())
         if len(text) > 60:
             text = text[:57] + "..."
-        self.findings.append(Finding(
-            self.path, node.lineno, node.col_offset + 1, code,
-            message(code, kind, text, elementwise=isinstance(node, ast.Compare)),
-            node.end_lineno or node.lineno, (node.end_col_offset or 0) + 1,
-        ))
+        self.findings.append(
+            Finding(
+                self.path,
+                node.lineno,
+                node.col_offset + 1,
+                code,
+                message(code, kind, text, elementwise=isinstance(node, ast.Compare))
+                + (" [type-aware]" if typed else ""),
+                node.end_lineno or node.lineno,
+                (node.end_col_offset or 0) + 1,
+            )
+        )
 
     def truth(self, node: ast.expr, code: str) -> None:
         """``node``'s truth value is taken (in a context reported as ``code``)."""
@@ -395,14 +458,14 @@ class ModuleChecker:
             return
         if isinstance(node, ast.NamedExpr):
             self.walk(node.value)
-            kind = self.kind(node.value)
+            kind, typed = self.kind_or_oracle(node.value)
             self.env[node.target.id] = kind
             if kind in FLAGGED:
-                self.report(node, "TB009", kind)
+                self.report(node, "TB009", kind, typed)
             return
-        kind = self.kind(node)
+        kind, typed = self.kind_or_oracle(node)
         if kind in FLAGGED:
-            self.report(node, code, kind)
+            self.report(node, code, kind, typed)
         self.walk(node)
 
     def walk(self, node: ast.AST) -> None:
@@ -415,7 +478,7 @@ class ModuleChecker:
 
     def _may_nest(self, node: ast.expr) -> bool:
         first, last = node.lineno, node.end_lineno or node.lineno
-        text = self.lines[first - 1] if first == last else "\n".join(self.lines[first - 1:last])
+        text = self.lines[first - 1] if first == last else "\n".join(self.lines[first - 1 : last])
         return _NESTED_CONTEXT.search(text) is not None
 
     def _walk(self, node: ast.AST) -> None:
@@ -601,8 +664,10 @@ class ModuleChecker:
             return dict(env)
         saved, self.env = self.env, {**env, **changes}
         for name, origin in self.origins.items():
-            if name not in changes and name in self.env and any(
-                isinstance(n, ast.Name) and n.id in changes for n in ast.walk(origin)
+            if (
+                name not in changes
+                and name in self.env
+                and any(isinstance(n, ast.Name) and n.id in changes for n in ast.walk(origin))
             ):
                 self.env[name] = self.kind(origin)
         result, self.env = self.env, saved
@@ -643,21 +708,27 @@ class ModuleChecker:
         for decorator in node.decorator_list:
             self.walk(decorator)
         args = node.args
-        defaults = dict(zip(
-            [a.arg for a in (args.posonlyargs + args.args)][-len(args.defaults):]
-            if args.defaults else [], args.defaults, strict=False,
-        ))
-        defaults |= {a.arg: d for a, d in zip(args.kwonlyargs, args.kw_defaults, strict=True)
-                     if d is not None}
-        for default in defaults.values():
-            self.walk(default)
+        positional = [*args.posonlyargs, *args.args]
+        defaults: dict[str, ast.expr] = {
+            a.arg: d
+            for a, d in zip(
+                positional[len(positional) - len(args.defaults) :], args.defaults, strict=True
+            )
+        }
+        for a, d in zip(args.kwonlyargs, args.kw_defaults, strict=True):
+            if d is not None:
+                defaults[a.arg] = d
+        for value in defaults.values():
+            self.walk(value)
         saved = self.env
         self.env = dict(saved)
         for arg in _all_args(args):
             kind = self.annotation_kind(arg.annotation)
             default = defaults.get(arg.arg)
-            if kind is Kind.TENSOR and isinstance(default, ast.Constant) and (
-                default.value is None
+            if (
+                kind is Kind.TENSOR
+                and isinstance(default, ast.Constant)
+                and (default.value is None)
             ):
                 kind = Kind.OPTIONAL
             self.env[arg.arg] = kind
@@ -698,8 +769,10 @@ def _scalar_construction(node: ast.Call, name: str) -> bool:
     first = node.args[0]
     if name in ("tensor", "as_tensor"):
         return isinstance(first, ast.Constant) and isinstance(first.value, (int, float, bool))
-    return isinstance(first, (ast.List, ast.Tuple)) and not first.elts and (
-        name == "full" or len(node.args) == 1
+    return (
+        isinstance(first, (ast.List, ast.Tuple))
+        and not first.elts
+        and (name == "full" or len(node.args) == 1)
     )
 
 
@@ -726,18 +799,27 @@ def _all_args(args: ast.arguments) -> list[ast.arg]:
     return [*args.posonlyargs, *args.args, *args.kwonlyargs, *extra]
 
 
-def check_source(source: str, path: str, tensor_key: str = DEFAULT_TENSOR_KEY) -> list[Finding]:
+def check_source(
+    source: str, path: str, tensor_key: str = DEFAULT_TENSOR_KEY, oracle: Oracle | None = None
+) -> list[Finding]:
     """All findings for one file's text. Never raises: a file that cannot be parsed is one
     ``TB000`` finding; an internal error is one ``TB999`` finding (a bug to report)."""
     try:
         tree = ast.parse(source, filename=path)
     except SyntaxError as e:
-        return [Finding(path, e.lineno or 1, (e.offset or 1), "TB000",
-                        f"syntax error, file not checked: {e.msg}")]
+        return [
+            Finding(
+                path,
+                e.lineno or 1,
+                (e.offset or 1),
+                "TB000",
+                f"syntax error, file not checked: {e.msg}",
+            )
+        ]
     except (ValueError, RecursionError, MemoryError) as e:
         return [Finding(path, 1, 1, "TB000", f"file not checked: {type(e).__name__}: {e}")]
     try:
-        return ModuleChecker(tree, source, path, tensor_key).run()
+        return ModuleChecker(tree, source, path, tensor_key, oracle).run()
     except RecursionError:
         return [Finding(path, 1, 1, "TB000", "file not checked: nesting too deep")]
     except Exception as e:  # a bug in the checker: one finding, never a crash

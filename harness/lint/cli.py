@@ -35,23 +35,41 @@ def parser() -> argparse.ArgumentParser:
         description="Find places that take the truth value of a tensor (if t:, not t, t or u, "
         "assert t, bool(t), ...).",
     )
-    p.add_argument("paths", nargs="*", type=Path, default=[Path(".")],
-                   help="files or folders (default: .)")
+    p.add_argument(
+        "paths", nargs="*", type=Path, default=[Path(".")], help="files or folders (default: .)"
+    )
     p.add_argument("--format", choices=FORMATS, default="text")
     p.add_argument("--select", type=_codes, help="only these codes, comma-separated")
     p.add_argument("--ignore", type=_codes, help="never these codes, comma-separated")
-    p.add_argument("--exclude", action="append", default=[], metavar="GLOB",
-                   help="skip matching files or folders (adds to the configuration)")
-    p.add_argument("--include", action="append", default=[], metavar="GLOB",
-                   help="check files matching (replaces the configuration's include)")
-    p.add_argument("--config", type=Path, metavar="PYPROJECT",
-                   help="read [tool.no-tensor-truthiness] from this file "
-                   "(default: the nearest pyproject.toml)")
+    p.add_argument(
+        "--exclude",
+        action="append",
+        default=[],
+        metavar="GLOB",
+        help="skip matching files or folders (adds to the configuration)",
+    )
+    p.add_argument(
+        "--include",
+        action="append",
+        default=[],
+        metavar="GLOB",
+        help="check files matching (replaces the configuration's include)",
+    )
+    p.add_argument(
+        "--config",
+        type=Path,
+        metavar="PYPROJECT",
+        help="read [tool.no-tensor-truthiness] from this file "
+        "(default: the nearest pyproject.toml)",
+    )
     p.add_argument("--no-cache", action="store_true", help="neither read nor write the cache")
     p.add_argument("--cache-dir", type=Path, default=Path(".no-tensor-truthiness-cache"))
     p.add_argument("--jobs", "-j", type=int, default=None, help="processes (default: cores)")
-    p.add_argument("--type-aware", action="store_true",
-                   help="also ask mypy for expression types (slow; needs mypy and torch)")
+    p.add_argument(
+        "--type-aware",
+        action="store_true",
+        help="also ask mypy for expression types (slow; needs mypy and torch)",
+    )
     p.add_argument("--exit-zero", action="store_true", help="exit 0 even with findings")
     p.add_argument("--statistics", action="store_true", help="print counts to stderr")
     p.add_argument("--output", type=Path, help="write the report here instead of stdout")
@@ -86,12 +104,15 @@ def main(argv: list[str] | None = None) -> int:
         config = replace(config, include=tuple(args.include))
     missing = [str(p) for p in args.paths if not p.exists()]
     if missing:
-        print(f"no-tensor-truthiness: error: no such file or folder: {', '.join(missing)}",
-              file=sys.stderr)
+        print(
+            f"no-tensor-truthiness: error: no such file or folder: {', '.join(missing)}",
+            file=sys.stderr,
+        )
         return 2
     files = discover(args.paths, config)
-    result: RunResult = run(files, config, cache_dir=None if args.no_cache else args.cache_dir,
-                            jobs=args.jobs)
+    result: RunResult = run(
+        files, config, cache_dir=None if args.no_cache else args.cache_dir, jobs=args.jobs
+    )
     if args.type_aware:
         from harness.lint.typeaware import TypeAwareUnavailable, type_aware_findings
 
@@ -111,9 +132,12 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.write(text)
     if args.statistics:
         s = result.stats
-        print(f"{len(result.findings)} findings in {s.files} files ({s.parsed} parsed, "
-              f"{s.skipped} skipped, {s.cached} cached, {s.lines} lines parsed; "
-              f"{s.errors} unparseable, {s.internal_errors} internal errors)", file=sys.stderr)
+        print(
+            f"{len(result.findings)} findings in {s.files} files ({s.parsed} parsed, "
+            f"{s.skipped} skipped, {s.cached} cached, {s.lines} lines parsed; "
+            f"{s.errors} unparseable, {s.internal_errors} internal errors)",
+            file=sys.stderr,
+        )
     return 0 if args.exit_zero or not result.findings else 1
 
 

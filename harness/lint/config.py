@@ -13,6 +13,7 @@ Keys (all optional)::
 from __future__ import annotations
 
 import fnmatch
+import functools
 import re
 import tomllib
 from dataclasses import dataclass, field, replace
@@ -23,8 +24,20 @@ from harness.lint.checker import DEFAULT_TENSOR_KEY
 from harness.lint.rules import RULES
 
 DEFAULT_EXCLUDE = (
-    ".git", ".hg", ".nox", ".tox", ".venv", "venv", "__pycache__", "build", "dist",
-    "*.egg-info", "node_modules", ".mypy_cache", ".ruff_cache", ".pytest_cache",
+    ".git",
+    ".hg",
+    ".nox",
+    ".tox",
+    ".venv",
+    "venv",
+    "__pycache__",
+    "build",
+    "dist",
+    "*.egg-info",
+    "node_modules",
+    ".mypy_cache",
+    ".ruff_cache",
+    ".pytest_cache",
 )
 
 
@@ -45,24 +58,34 @@ class LintConfig:
     def enabled(self, code: str) -> bool:
         return (code in self.select and code not in self.ignore) or code in ("TB000", "TB999")
 
-    def is_excluded(self, path: Path) -> bool:
-        parts = path.parts
-        for pattern in (*DEFAULT_EXCLUDE, *self.exclude):
-            if any(fnmatch.fnmatch(part, pattern) for part in parts):
-                return True
-            if fnmatch.fnmatch(path.as_posix(), pattern):
-                return True
-        return False
+    def is_excluded(self, path: Path, name_only: bool = False) -> bool:
+        """A part of ``path`` (or, with ``name_only``, its last part: the walk has checked
+        its parents already) or the whole relative path matches an exclude pattern."""
+        parts_re, path_re = _compiled((*DEFAULT_EXCLUDE, *self.exclude))
+        parts = (path.name,) if name_only else path.parts
+        if any(parts_re.match(part) for part in parts):
+            return True
+        return path_re is not None and path_re.match(path.as_posix()) is not None
 
     def is_included(self, path: Path) -> bool:
-        return any(
-            fnmatch.fnmatch(path.name, p) or fnmatch.fnmatch(path.as_posix(), p)
-            for p in self.include
-        )
+        parts_re, path_re = _compiled(self.include)
+        if parts_re.match(path.name):
+            return True
+        return path_re is not None and path_re.match(path.as_posix()) is not None
 
     def digest(self) -> str:
         """What the cache key must change with."""
         return repr((sorted(self.select - self.ignore), self.tensor_key_pattern))
+
+
+@functools.lru_cache(maxsize=32)
+def _compiled(patterns: tuple[str, ...]) -> tuple[re.Pattern[str], re.Pattern[str] | None]:
+    """One regex for all patterns against a single name, one for those with a ``/`` against a
+    whole relative path."""
+    names = re.compile("|".join(fnmatch.translate(p) for p in patterns) or "(?!)")
+    with_slash = [p for p in patterns if "/" in p]
+    paths = re.compile("|".join(fnmatch.translate(p) for p in with_slash)) if with_slash else None
+    return names, paths
 
 
 def _codes(value: object, key: str, where: str) -> frozenset[str]:
@@ -70,9 +93,7 @@ def _codes(value: object, key: str, where: str) -> frozenset[str]:
         raise LintConfigError(f"{where}: {key}: expected a list of rule codes, got {value!r}")
     unknown = sorted(set(value) - set(RULES))
     if unknown:
-        raise LintConfigError(
-            f"{where}: {key}: unknown codes {unknown}; known: {sorted(RULES)}"
-        )
+        raise LintConfigError(f"{where}: {key}: unknown codes {unknown}; known: {sorted(RULES)}")
     return frozenset(value)
 
 
@@ -103,8 +124,7 @@ def from_table(table: dict[str, Any], where: str, base: LintConfig | None = None
             re.compile(pattern)
         except (re.error, TypeError) as e:
             raise LintConfigError(
-                f"{where}: tensor-key-pattern: expected a regular expression, got {pattern!r}"
-                f" ({e})"
+                f"{where}: tensor-key-pattern: expected a regular expression, got {pattern!r} ({e})"
             ) from e
         updates["tensor_key_pattern"] = pattern
     return replace(config, **updates)

@@ -17,11 +17,24 @@ def render(findings: Sequence[Finding], fmt: str) -> str:
     if fmt == "text":
         return "".join(f.format() + "\n" for f in findings)
     if fmt == "json":
-        return json.dumps([
-            {"path": f.path, "line": f.line, "column": f.col, "end_line": f.end_line,
-             "end_column": f.end_col, "code": f.code, "message": f.message}
-            for f in findings
-        ], indent=2) + "\n"
+        return (
+            json.dumps(
+                [
+                    {
+                        "path": f.path,
+                        "line": f.line,
+                        "column": f.col,
+                        "end_line": f.end_line,
+                        "end_column": f.end_col,
+                        "code": f.code,
+                        "message": f.message,
+                    }
+                    for f in findings
+                ],
+                indent=2,
+            )
+            + "\n"
+        )
     if fmt == "github":
         return "".join(
             f"::error file={f.path},line={f.line},col={f.col},endLine={f.end_line or f.line},"
@@ -41,28 +54,42 @@ def _sarif(findings: Sequence[Finding]) -> dict[str, object]:
     return {
         "$schema": "https://json.schemastore.org/sarif-2.1.0.json",
         "version": "2.1.0",
-        "runs": [{
-            "tool": {"driver": {
-                "name": TOOL,
-                "informationUri": HELP_URI,
-                "rules": [
-                    {"id": rule.code, "shortDescription": {"text": f"tensor as {rule.context}"}}
-                    for rule in RULES.values()
+        "runs": [
+            {
+                "tool": {
+                    "driver": {
+                        "name": TOOL,
+                        "informationUri": HELP_URI,
+                        "rules": [
+                            {
+                                "id": rule.code,
+                                "shortDescription": {"text": f"tensor as {rule.context}"},
+                            }
+                            for rule in RULES.values()
+                        ],
+                    }
+                },
+                "results": [
+                    {
+                        "ruleId": f.code,
+                        "level": "error",
+                        "message": {"text": f.message},
+                        "locations": [
+                            {
+                                "physicalLocation": {
+                                    "artifactLocation": {"uri": f.path},
+                                    "region": {
+                                        "startLine": f.line,
+                                        "startColumn": f.col,
+                                        "endLine": f.end_line or f.line,
+                                        "endColumn": f.end_col or f.col,
+                                    },
+                                }
+                            }
+                        ],
+                    }
+                    for f in findings
                 ],
-            }},
-            "results": [
-                {
-                    "ruleId": f.code,
-                    "level": "error",
-                    "message": {"text": f.message},
-                    "locations": [{"physicalLocation": {
-                        "artifactLocation": {"uri": f.path},
-                        "region": {"startLine": f.line, "startColumn": f.col,
-                                   "endLine": f.end_line or f.line,
-                                   "endColumn": f.end_col or f.col},
-                    }}],
-                }
-                for f in findings
-            ],
-        }],
+            }
+        ],
     }

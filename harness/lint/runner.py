@@ -60,10 +60,10 @@ def discover(paths: Sequence[Path], config: LintConfig) -> list[Path]:
         for folder, dirs, files in os.walk(root):
             base = Path(folder)
             rel_base = base.relative_to(root)
-            dirs[:] = sorted(d for d in dirs if not config.is_excluded(rel_base / d))
+            dirs[:] = sorted(d for d in dirs if not config.is_excluded(rel_base / d, True))
             for name in sorted(files):
                 rel = rel_base / name
-                if config.is_included(rel) and not config.is_excluded(rel):
+                if config.is_included(rel) and not config.is_excluded(rel, True):
                     found.append(base / name)
     return found
 
@@ -72,7 +72,9 @@ def _digest(data: bytes) -> str:
     return hashlib.blake2b(data, digest_size=16).hexdigest()
 
 
-def check_bytes(data: bytes, path: str, tensor_key: str, prefilter: bool) -> tuple[list[Finding], bool]:
+def check_bytes(
+    data: bytes, path: str, tensor_key: str, prefilter: bool
+) -> tuple[list[Finding], bool]:
     """Findings for one file's bytes, and whether it was parsed."""
     if prefilter and _MAY_HOLD_TENSORS.search(data) is None:
         return [], False
@@ -83,8 +85,9 @@ def check_bytes(data: bytes, path: str, tensor_key: str, prefilter: bool) -> tup
     return check_source(source, path, tensor_key), True
 
 
-def _work(batch: list[tuple[str, str]], tensor_key: str, prefilter: bool
-          ) -> list[tuple[str, str, list[Finding], bool, int]]:
+def _work(
+    batch: list[tuple[str, str]], tensor_key: str, prefilter: bool
+) -> list[tuple[str, str, list[Finding], bool, int]]:
     # Syntax trees are many small objects that live until the file is done: the cyclic
     # collector only slows their construction (about 15% of parse time).
     enabled = gc.isenabled()
@@ -96,8 +99,9 @@ def _work(batch: list[tuple[str, str]], tensor_key: str, prefilter: bool
             gc.enable()
 
 
-def _work_files(batch: list[tuple[str, str]], tensor_key: str, prefilter: bool
-                ) -> list[tuple[str, str, list[Finding], bool, int]]:
+def _work_files(
+    batch: list[tuple[str, str]], tensor_key: str, prefilter: bool
+) -> list[tuple[str, str, list[Finding], bool, int]]:
     out = []
     for path, shown in batch:
         try:
@@ -116,7 +120,7 @@ class Cache:
     def __init__(self, folder: Path | None, config: LintConfig) -> None:
         self.path = None if folder is None else folder / f"cache-v{VERSION}.json"
         self.key = _digest((VERSION + config.digest()).encode())
-        self.entries: dict[str, list[object]] = {}
+        self.entries: dict[str, tuple[str, list[dict[str, object]]]] = {}
         self.dirty = False
         if self.path is not None and self.path.is_file():
             try:
@@ -130,10 +134,10 @@ class Cache:
         entry = self.entries.get(path)
         if entry is None or entry[0] != digest:
             return None
-        return [Finding(**f) for f in entry[1]]  # type: ignore[union-attr, arg-type]
+        return [Finding(**f) for f in entry[1]]  # type: ignore[arg-type]
 
     def put(self, path: str, digest: str, findings: list[Finding]) -> None:
-        self.entries[path] = [digest, [asdict(f) for f in findings]]
+        self.entries[path] = (digest, [asdict(f) for f in findings])
         self.dirty = True
 
     def save(self) -> None:
@@ -188,8 +192,10 @@ def run(
     if jobs > 1 and len(todo) > 8:
         context = multiprocessing.get_context("fork" if os.name == "posix" else "spawn")
         with ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
-            futures = [pool.submit(_work, batch, config.tensor_key_pattern, prefilter)
-                       for batch in _batches(todo, jobs)]
+            futures = [
+                pool.submit(_work, batch, config.tensor_key_pattern, prefilter)
+                for batch in _batches(todo, jobs)
+            ]
             outputs = [item for future in futures for item in future.result()]
     else:
         outputs = _work(todo, config.tensor_key_pattern, prefilter)
