@@ -2,7 +2,8 @@
 
     nox -s conformance   the main job: suites against every available target, report in reports/
     nox -s tests         the harness's own test run (everything that runs without a GPU, vLLM too)
-    nox -s lint          ruff check + ruff format --check
+    nox -s lint          ruff check + ruff format --check + no-tensor-truthiness
+    nox -s lint-survey   the tensor-truthiness lint over vllm, torch, transformers, stdlib
     nox -s typecheck     mypy --strict on harness/ and reference_impl/
     nox -s fuzz          long hypothesis runs of the property checks
     nox -s bench         speed of the reference LM beside transformers (reports/benchmarks/)
@@ -112,10 +113,27 @@ def conformance(session: nox.Session) -> None:
 
 @nox.session(reuse_venv=True)
 def lint(session: nox.Session) -> None:
-    """ruff check and ruff format --check (no torch in this environment)."""
-    session.install("ruff>=0.6")
+    """ruff check, ruff format --check and no-tensor-truthiness (no torch in this environment:
+    the lint installs in seconds)."""
+    session.install("ruff>=0.6", ".")
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
+    session.run("no-tensor-truthiness", "--statistics", ".")
+
+
+@nox.session(name="lint-survey", venv_backend="none")
+def lint_survey(session: nox.Session) -> None:
+    """no-tensor-truthiness over the installed vllm, torch, transformers and the standard
+    library (crash-free counts), the reviewed vLLM model findings and the speed against ruff:
+    reports/lint-survey.{md,json}."""
+    session.run(
+        shared_python(session),
+        "-m",
+        "harness.lint.survey",
+        *session.posargs,
+        env=CPU_ENV,
+        external=True,
+    )
 
 
 @nox.session(venv_backend="none")

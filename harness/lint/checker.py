@@ -32,12 +32,23 @@ Oracle = Callable[[ast.expr], "Kind | None"]
 
 #: Multimodal input keys whose values are tensors, lists of tensors or None.
 DEFAULT_TENSOR_KEY = (
-    r"(^pixel_values|_embeds$|_embeddings$|_features$|^input_features$|_attention_mask$"
-    r"|^feature_attention_mask$)"
+    r"^pixel_values|_embeds$|_attention_mask$"
+    r"|^(image|video|audio|vision|visual|mm|multimodal|speech|sound|input_audio|input)"
+    r"_(embeddings|features)$"
 )
 
-# torch.<name>(...) that return tensors. (torch.equal / allclose / is_tensor / numel return
-# Python values; torch.cuda.*, torch.backends.* and friends are not tensor ops.)
+# torch.<name>(...) that build a tensor whatever their arguments.
+TORCH_CONSTRUCTORS = frozenset(
+    """
+    tensor as_tensor asarray from_numpy frombuffer zeros zeros_like ones ones_like empty
+    empty_like empty_strided full full_like arange range linspace logspace eye rand rand_like
+    randn randn_like randint randint_like randperm cat concat concatenate stack hstack vstack
+    dstack column_stack block_diag cartesian_prod combinations meshgrid nonzero argwhere
+    masked_select
+    """.split()
+)
+# torch.<name>(...) that return tensors shaped by their first argument (torch.equal, allclose,
+# is_tensor and numel return Python values; torch.cuda.*, torch.backends.* are not tensor ops).
 TORCH_TENSOR_FUNCS = frozenset(
     """
     tensor as_tensor asarray from_numpy frombuffer zeros zeros_like ones ones_like empty
@@ -362,13 +373,17 @@ class ModuleChecker:
                     return Kind.SCALAR
                 if name in TORCH_REDUCTIONS:
                     return Kind.SCALAR if _no_dim(node, positional=1) else Kind.TENSOR
-                return Kind.TENSOR if name in TORCH_TENSOR_FUNCS else Kind.NOT_TENSOR
+                if name in TORCH_CONSTRUCTORS:
+                    return Kind.TENSOR
+                if name in TORCH_TENSOR_FUNCS:
+                    return self._first_argument_kind(node)
+                return Kind.NOT_TENSOR
             if (
                 len(parts) == 4
                 and head in self.imports.torch
                 and parts[1:3] == ["nn", "functional"]
             ) or (len(parts) == 2 and head in self.imports.functional):
-                return Kind.TENSOR
+                return self._first_argument_kind(node)
             if (
                 parts in (["nn", "Parameter"], ["torch", "nn", "Parameter"])
                 or (len(parts) == 1 and head in self.imports.parameter)
@@ -403,10 +418,13 @@ class ModuleChecker:
         if isinstance(func, ast.Attribute):
             if func.attr in ("pop", "get") and node.args:
                 key = node.args[0]
+                default = node.args[1] if len(node.args) > 1 else None
+                plain_default = isinstance(default, ast.Constant) and default.value is not None
                 if (
                     isinstance(key, ast.Constant)
                     and isinstance(key.value, str)
-                    and (self.key_pattern.search(key.value))
+                    and self.key_pattern.search(key.value)
+                    and not plain_default  # pop("x_embeds", False): a flag, not an input
                 ):
                     return Kind.OPTIONAL
             receiver = self.kind(func.value)
@@ -417,6 +435,19 @@ class ModuleChecker:
                     return Kind.SCALAR
                 return Kind.SCALAR if receiver is Kind.SCALAR else Kind.TENSOR
         return Kind.UNKNOWN
+
+    def _first_argument_kind(self, node: ast.Call) -> Kind:
+        """Ops that keep their input's shape: a tensor in, a tensor out; a 0-d tensor in, a 0-d
+        tensor out; unknown in, unknown out (``torch.isnan(loss)`` on a scalar loss is fine)."""
+        if not node.args:
+            return Kind.UNKNOWN
+        first = node.args[0]
+        if isinstance(first, (ast.List, ast.Tuple)) and first.elts:
+            first = first.elts[0]
+        kind = self.kind(first)
+        if kind in FLAGGED:
+            return Kind.TENSOR
+        return Kind.SCALAR if kind is Kind.SCALAR else Kind.UNKNOWN
 
     # -- reporting ----------------------------------------------------------------------
 
@@ -450,8 +481,7 @@ class ModuleChecker:
     def truth(self, node: ast.expr, code: str) -> None:
         """``node``'s truth value is taken (in a context reported as ``code``)."""
         if isinstance(node, ast.BoolOp):
-            for operand in node.values:
-                self.truth(operand, "TB004")
+            self.boolop(node, node.values)
             return
         if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
             self.truth(node.operand, "TB003")
@@ -481,11 +511,23 @@ class ModuleChecker:
         text = self.lines[first - 1] if first == last else "\n".join(self.lines[first - 1 : last])
         return _NESTED_CONTEXT.search(text) is not None
 
+    def boolop(self, node: ast.BoolOp, tested: Sequence[ast.expr]) -> None:
+        """Truth-test ``tested`` operands (the rest are walked), each seeing what the earlier
+        ones imply: in ``isinstance(x, list) and not x``, ``x`` is a list."""
+        before = dict(self.env)
+        for operand in node.values:
+            if any(operand is t for t in tested):
+                self.truth(operand, "TB004")
+            else:
+                self._walk(operand)
+            positive, negative = self.narrowing(operand)
+            changes = positive if isinstance(node.op, ast.And) else negative
+            self.env = self.narrowed(self.env, changes)
+        self.env = before
+
     def _walk(self, node: ast.AST) -> None:
         if isinstance(node, ast.BoolOp):
-            for operand in node.values[:-1]:
-                self.truth(operand, "TB004")
-            self._walk(node.values[-1])
+            self.boolop(node, node.values[:-1])
         elif isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
             self.truth(node.operand, "TB003")
         elif isinstance(node, ast.IfExp):

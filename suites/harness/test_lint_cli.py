@@ -1,0 +1,210 @@
+"""The lint's command line: formats, exit status, configuration, noqa, caching, parallelism."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from harness.lint.cli import main
+from harness.lint.config import LintConfig
+from harness.lint.runner import discover, run
+
+ROOT = Path(__file__).resolve().parents[2]
+BAD = "import torch\n\nx = torch.zeros(3)\nif x:\n    pass\n"
+GOOD = "import torch\n\nx = torch.zeros(3)\nif x.numel():\n    pass\n"
+
+
+@pytest.fixture
+def tree(tmp_path, monkeypatch):
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "bad.py").write_text(BAD)
+    (tmp_path / "pkg" / "good.py").write_text(GOOD)
+    (tmp_path / "pkg" / "notes.txt").write_text("if x: pass\n")
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def lint(*args, capsys):
+    status = main([*args, "--no-cache"])
+    out = capsys.readouterr()
+    return status, out.out, out.err
+
+
+def test_text_output_and_exit_status(tree, capsys):
+    status, out, _ = lint("pkg", capsys=capsys)
+    assert status == 1
+    assert out.splitlines() == [
+        "pkg/bad.py:4:4: TB001 tensor `x` as `if` / `elif` condition: test `x.numel() > 0` for "
+        "emptiness, or `.any()` / `.all()` for its values"
+    ]
+    status, out, _ = lint("pkg/good.py", capsys=capsys)
+    assert (status, out) == (0, "")
+
+
+def test_json_output(tree, capsys):
+    _, out, _ = lint("pkg", "--format", "json", capsys=capsys)
+    (item,) = json.loads(out)
+    assert item["path"] == "pkg/bad.py"
+    assert (item["line"], item["column"], item["code"]) == (4, 4, "TB001")
+
+
+def test_github_output(tree, capsys):
+    _, out, _ = lint("pkg", "--format", "github", capsys=capsys)
+    assert out.startswith(
+        "::error file=pkg/bad.py,line=4,col=4,endLine=4,endColumn=5,"
+        "title=no-tensor-truthiness TB001::tensor `x`"
+    )
+
+
+def test_sarif_output(tree, capsys):
+    _, out, _ = lint("pkg", "--format", "sarif", capsys=capsys)
+    sarif = json.loads(out)
+    assert sarif["version"] == "2.1.0"
+    (result,) = sarif["runs"][0]["results"]
+    assert result["ruleId"] == "TB001"
+    region = result["locations"][0]["physicalLocation"]["region"]
+    assert (region["startLine"], region["startColumn"]) == (4, 4)
+    assert {r["id"] for r in sarif["runs"][0]["tool"]["driver"]["rules"]} >= {"TB001", "TB009"}
+
+
+def test_select_ignore_and_exit_zero(tree, capsys):
+    assert lint("pkg", "--ignore", "TB001", capsys=capsys)[0] == 0
+    assert lint("pkg", "--select", "TB002", capsys=capsys)[0] == 0
+    assert lint("pkg", "--select", "TB001", capsys=capsys)[0] == 1
+    assert lint("pkg", "--exit-zero", capsys=capsys)[0] == 0
+
+
+def test_bad_options_exit_2(tree, capsys):
+    status, _, err = lint("pkg", "--select", "TB123", capsys=capsys)
+    assert status == 2
+    status, _, err = lint("missing_dir", capsys=capsys)
+    assert status == 2
+    assert "missing_dir" in err
+
+
+def test_exclude_and_include(tree, capsys):
+    assert lint("pkg", "--exclude", "bad.py", capsys=capsys)[0] == 0
+    assert lint("pkg", "--include", "good.py", capsys=capsys)[0] == 0
+
+
+def test_pyproject_configuration(tree, capsys):
+    (tree / "pyproject.toml").write_text('[tool.no-tensor-truthiness]\nexclude = ["pkg/bad.py"]\n')
+    assert lint(".", capsys=capsys)[0] == 0
+    (tree / "pyproject.toml").write_text('[tool.no-tensor-truthiness]\nignore = ["TB001"]\n')
+    assert lint(".", capsys=capsys)[0] == 0
+    (tree / "pyproject.toml").write_text('[tool.no-tensor-truthiness]\nselect = ["TB1"]\n')
+    status, _, err = lint(".", capsys=capsys)
+    assert status == 2
+    assert "select: unknown codes ['TB1']" in err
+    (tree / "pyproject.toml").write_text('[tool.no-tensor-truthiness]\nincludes = ["x"]\n')
+    status, _, err = lint(".", capsys=capsys)
+    assert status == 2
+    assert "unknown keys ['includes']" in err
+
+
+def test_noqa(tree, capsys):
+    (tree / "pkg" / "bad.py").write_text(BAD.replace("if x:", "if x:  # noqa: TB001"))
+    assert lint("pkg", capsys=capsys)[0] == 0
+    (tree / "pkg" / "bad.py").write_text(BAD.replace("if x:", "if x:  # noqa: TB002"))
+    assert lint("pkg", capsys=capsys)[0] == 1
+
+
+def test_syntax_error_is_one_finding(tree, capsys):
+    (tree / "pkg" / "broken.py").write_text("import torch\ndef f(:\n")
+    status, out, _ = lint("pkg/broken.py", capsys=capsys)
+    assert status == 1
+    assert out.startswith("pkg/broken.py:2:")
+    assert "TB000 syntax error, file not checked" in out
+
+
+def test_cache_reuses_and_invalidates(tree):
+    config = LintConfig()
+    cache = tree / "cache"
+    files = discover([tree / "pkg"], config)
+    first = run(files, config, cache_dir=cache)
+    again = run(files, config, cache_dir=cache)
+    assert again.stats.cached == len(files)
+    assert again.findings == first.findings
+    (tree / "pkg" / "good.py").write_text(BAD)  # same size class, new content
+    changed = run(files, config, cache_dir=cache)
+    assert changed.stats.cached == len(files) - 1
+    assert len(changed.findings) == 2
+
+
+def test_parallel_equals_serial(tmp_path):
+    for i in range(20):
+        (tmp_path / f"m{i}.py").write_text(BAD if i % 3 == 0 else GOOD)
+    files = discover([tmp_path], LintConfig())
+    serial = run(files, LintConfig(), jobs=1)
+    parallel = run(files, LintConfig(), jobs=2)
+    assert serial.findings == parallel.findings
+    assert len(serial.findings) == 7
+
+
+def test_files_without_tensors_are_not_parsed(tmp_path):
+    (tmp_path / "plain.py").write_text("x = [1]\nif x:\n    pass\n")
+    result = run(discover([tmp_path], LintConfig()), LintConfig(), jobs=1)
+    assert (result.stats.parsed, result.stats.skipped) == (0, 1)
+
+
+def test_console_script_and_pre_commit_hook_agree():
+    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    assert scripts["no-tensor-truthiness"] == "harness.lint.cli:main"
+    hooks = (ROOT / ".pre-commit-hooks.yaml").read_text()
+    assert "- id: no-tensor-truthiness" in hooks
+    assert "entry: no-tensor-truthiness" in hooks
+    assert "language: python" in hooks
+
+
+def test_lint_imports_nothing_heavy():
+    code = (
+        "import sys, harness.lint.cli; "
+        "print(sorted(m for m in ('torch', 'vllm', 'transformers', 'numpy') "
+        "if m in sys.modules))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout
+    assert out.strip() == "[]"
+
+
+def test_our_tree_is_clean(capsys):
+    status = main(
+        [str(ROOT / d) for d in ("harness", "reference_impl", "suites")]
+        + ["--no-cache", "--config", str(ROOT / "pyproject.toml")]
+    )
+    assert status == 0, capsys.readouterr().out
+
+
+def test_type_aware_mode_sees_across_modules(tmp_path):
+    """A tensor returned by another module's function: invisible to the syntax, found with
+    mypy's types (a minimal torch stub keeps this fast and independent of torch's stubs)."""
+    pytest.importorskip("mypy")
+    from harness.lint.typeaware import type_aware_findings
+
+    stubs = tmp_path / "stubs" / "torch"
+    stubs.mkdir(parents=True)
+    (stubs / "__init__.pyi").write_text("class Tensor: ...\ndef zeros(*s: int) -> Tensor: ...\n")
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "maker.py").write_text(
+        "import torch\ndef make() -> torch.Tensor:\n    return torch.zeros(2)\n"
+    )
+    (src / "user.py").write_text(
+        "from maker import make\ndef f() -> None:\n    x = make()\n    if x:\n        pass\n"
+        "    if x is not None:\n        pass\n"
+    )
+    user = src / "user.py"
+    from harness.lint import check_source
+
+    assert check_source(user.read_text(), str(user)) == []
+    findings = type_aware_findings(
+        [user, src / "maker.py"], LintConfig(), cache_dir=None, mypy_path=[tmp_path / "stubs"]
+    )
+    assert [(f.line, f.code) for f in findings] == [(4, "TB001")]
+    assert findings[0].message.endswith("[type-aware]")
