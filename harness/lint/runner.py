@@ -166,11 +166,13 @@ def run(
     cache_dir: Path | None = None,
     jobs: int | None = None,
     display_root: Path | None = None,
+    prefilter: bool = True,
 ) -> RunResult:
-    """Check ``files``; cached files are read and hashed only."""
+    """Check ``files``; cached files are read and hashed only. ``prefilter=False`` parses and
+    checks every file, even those that cannot hold a finding (the robustness survey)."""
     result = RunResult()
     cache = Cache(cache_dir, config)
-    prefilter = config.tensor_key_pattern == DEFAULT_TENSOR_KEY
+    prefilter = prefilter and config.tensor_key_pattern == DEFAULT_TENSOR_KEY
     todo: list[tuple[str, str]] = []
     for file in files:
         result.stats.files += 1
