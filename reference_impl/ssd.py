@@ -43,7 +43,7 @@ def ssd_sequential(
     D: torch.Tensor,
     initial_state: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """The exact recurrence, one step at a time.
+    """The exact recurrence, one step at a time (in fp32, or fp64 for fp64 inputs).
 
     Args:
         x: ``[b, l, h, p]``. dt: ``[b, l, h]`` (positive). A: ``[h]`` (negative).
@@ -53,13 +53,15 @@ def ssd_sequential(
     """
     b, l, h, p = x.shape
     n = B.shape[-1]
+    # fp32 at least; fp64 inputs stay fp64 (the tests' high-precision oracle).
+    work = torch.promote_types(x.dtype, torch.float32)
     state = (
-        x.new_zeros(b, h, p, n, dtype=torch.float32)
+        x.new_zeros(b, h, p, n, dtype=work)
         if initial_state is None
-        else initial_state.float()
+        else initial_state.to(work)
     )
-    x32, dt32, A32, D32 = x.float(), dt.float(), A.float(), D.float()
-    Bh, Ch = expand_groups(B.float(), h), expand_groups(C.float(), h)
+    x32, dt32, A32, D32 = x.to(work), dt.to(work), A.to(work), D.to(work)
+    Bh, Ch = expand_groups(B.to(work), h), expand_groups(C.to(work), h)
     ys = []
     for t in range(l):
         decay = torch.exp(dt32[:, t] * A32)  # [b, h]
