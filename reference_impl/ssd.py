@@ -55,11 +55,7 @@ def ssd_sequential(
     n = B.shape[-1]
     # fp32 at least; fp64 inputs stay fp64 (the tests' high-precision oracle).
     work = torch.promote_types(x.dtype, torch.float32)
-    state = (
-        x.new_zeros(b, h, p, n, dtype=work)
-        if initial_state is None
-        else initial_state.to(work)
-    )
+    state = x.new_zeros(b, h, p, n, dtype=work) if initial_state is None else initial_state.to(work)
     x32, dt32, A32, D32 = x.to(work), dt.to(work), A.to(work), D.to(work)
     Bh, Ch = expand_groups(B.to(work), h), expand_groups(C.to(work), h)
     ys = []
