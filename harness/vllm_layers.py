@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from harness.targets.vllm import prepare_cpu_environment
+from reference_impl.audio import AudioConfig
 from reference_impl.radio import RadioConfig
 
 _RUNTIME: dict[str, Any] = {}
@@ -69,4 +70,46 @@ def radio(config: RadioConfig, weights: dict[str, torch.Tensor]) -> Any:
     )
     model = RadioModel(vllm_config, num_hidden_layers_override=config.num_layers)
     model.load_weights(weights)
+    return finish(model)
+
+
+def parakeet(
+    config: AudioConfig, weights: dict[str, torch.Tensor], max_model_len: int = 4096
+) -> Any:
+    """vLLM's ``ProjectedParakeet`` (transformers' encoder + vLLM's projection) in fp32, loaded
+    with checkpoint-named ``weights`` (``sound_encoder.encoder.*``, ``sound_projection.*``)
+    through its ``load_weights``, which skips names with any other prefix silently: the caller
+    checks that every parameter was loaded."""
+    init_cpu_runtime()
+    from transformers import PretrainedConfig
+    from vllm.model_executor.models.parakeet import ProjectedParakeet
+
+    sound = PretrainedConfig(
+        hidden_size=config.hidden_size,
+        num_hidden_layers=config.num_hidden_layers,
+        num_attention_heads=config.num_attention_heads,
+        intermediate_size=config.intermediate_size,
+        conv_kernel_size=config.conv_kernel_size,
+        subsampling_factor=config.subsampling_factor,
+        subsampling_conv_channels=config.subsampling_conv_channels,
+        subsampling_conv_kernel_size=config.subsampling_conv_kernel_size,
+        subsampling_conv_stride=config.subsampling_conv_stride,
+        num_mel_bins=config.num_mel_bins,
+        convolution_bias=config.convolution_bias,
+        projection_hidden_size=config.projection_hidden_size,
+        projection_bias=config.projection_bias,
+        projection_eps=config.projection_eps,
+        sampling_rate=config.sampling_rate,
+        hidden_act="silu",
+    )
+    model = ProjectedParakeet(
+        sound,
+        dtype=torch.float32,
+        llm_hidden_size=config.llm_hidden_size,
+        max_model_len=max_model_len,
+    )
+    loaded = model.load_weights(weights.items())
+    missing = sorted({n for n, _ in model.named_parameters()} - loaded)
+    if missing:
+        raise ValueError(f"vLLM ProjectedParakeet: parameters not loaded: {missing}")
     return finish(model)
