@@ -15,9 +15,13 @@ import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, cast
+from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 from reference_impl.errors import FieldError
+
+if TYPE_CHECKING:  # the tower configs import ConfigError from here
+    from reference_impl.audio import AudioConfig
+    from reference_impl.radio import RadioConfig
 
 
 class ConfigError(FieldError):
@@ -95,6 +99,7 @@ class NemotronHConfig:
     norm_topk_prob: bool = True
     layer_norm_epsilon: float = 1e-5
     tie_word_embeddings: bool = False
+    num_nextn_predict_layers: int = 0  # MTP layers (skipped); > 0 adds vision_final_layernorm
     time_step_min: float = 0.001
     time_step_max: float = 0.1
     time_step_floor: float = 1e-4
@@ -320,6 +325,17 @@ class VLConfig:
     dynamic_resolution: bool = False
     has_audio: bool = False
     text_config: NemotronHConfig | None = None
+    vision_config: RadioConfig | None = None
+    sound_config: AudioConfig | None = None
+    use_thumbnail: bool = True
+    max_num_tiles: int = 12
+    norm_mean: tuple[float, float, float] = (0.48145466, 0.4578275, 0.40821073)
+    norm_std: tuple[float, float, float] = (0.26862954, 0.26130258, 0.27577711)
+    min_num_patches: int = 1
+    max_num_patches: int = 0  # 0: no cap
+    max_model_len: int = 4096
+    video_target_num_patches: int | None = None
+    video_maintain_aspect_ratio: bool = False
     # Derived in __post_init__.
     shuffle_factor: int = field(init=False)
     num_image_token: int = field(init=False)
@@ -344,6 +360,26 @@ class VLConfig:
             raise ConfigError(
                 "downsample_ratio", "the reciprocal of an integer", self.downsample_ratio
             )
+        vision = self.vision_config
+        if vision is not None:
+            for name, mine in (
+                ("vit_hidden_size", vision.hidden_size),
+                ("patch_size", vision.patch_size),
+                ("video_temporal_patch_size", vision.video_temporal_patch_size),
+            ):
+                if getattr(self, name) != mine:
+                    raise ConfigError(name, f"vision_config's {mine}", getattr(self, name))
+        if self.sound_config is not None:
+            if not self.has_audio:
+                object.__setattr__(self, "has_audio", True)
+            if self.sound_config.llm_hidden_size != self.hidden_size:
+                raise ConfigError(
+                    "sound_config.llm_hidden_size",
+                    f"hidden_size={self.hidden_size}",
+                    self.sound_config.llm_hidden_size,
+                )
+        if not self.max_num_tiles >= 1:
+            raise ConfigError("max_num_tiles", "a positive int", self.max_num_tiles)
         text = self.text_config
         if text is not None:
             for name in ("hidden_size", "vocab_size"):
@@ -369,6 +405,12 @@ class VLConfig:
         # Frozen dataclass: derived fields are set through object.__setattr__.
         object.__setattr__(self, "shuffle_factor", r)
         object.__setattr__(self, "num_image_token", (grid // r) ** 2)
+
+    @property
+    def vision_final_layernorm(self) -> bool:
+        """vLLM 0.33.0: a LayerNorm on the vision features before the pixel shuffle when the
+        language model has MTP layers (``num_nextn_predict_layers > 0``)."""
+        return self.text_config is not None and self.text_config.num_nextn_predict_layers > 0
 
     @property
     def connector_in_size(self) -> int:

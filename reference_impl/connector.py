@@ -55,6 +55,12 @@ class Connector(nn.Module):
         super().__init__()
         self.config = config
         self.mlp1 = build_mlp1(config)
+        # vLLM 0.33.0: a LayerNorm on the vision features when the LM has MTP layers.
+        self.vision_final_layernorm = (
+            nn.LayerNorm(config.vit_hidden_size, eps=1e-6)
+            if config.vision_final_layernorm
+            else None
+        )
 
     def forward(self, features: torch.Tensor, grid: tuple[int, int]) -> torch.Tensor:
         """
@@ -66,6 +72,8 @@ class Connector(nn.Module):
         """
         n = features.shape[0]
         gh, gw = grid
+        if self.vision_final_layernorm is not None:
+            features = self.vision_final_layernorm(features)
         x = features.reshape(n, gh, gw, -1)
         x = pixel_shuffle(x, self.config.shuffle_factor, self.config.ps_version)
         x = x.reshape(n, -1, x.shape[-1])

@@ -114,29 +114,58 @@ def minimal_vl_config(
     layers_per_kind: int = 1,
     overrides: Mapping[str, Any] | None = None,
 ) -> VLConfig:
-    """A small copy of a multimodal config: its ``text_config`` shrunk by
-    :func:`minimal_text_config`; nested ``{"text_config": {...}}`` overrides are applied *to the
-    nested config* (field by field, validated), never merged in as a plain dict; other keys
-    override top-level fields."""
+    """A small copy of a multimodal config: the language model shrunk by
+    :func:`minimal_text_config`, RADIO and Parakeet cut to one layer each (RADIO by a layer
+    override: its model-name table would give the full depth). Nested ``text_config`` /
+    ``vision_config`` / ``sound_config`` overrides are applied *to the nested config* (field by
+    field, validated), never merged in as plain dicts; other keys override top-level fields.
+    The wrapper's copies of nested sizes (hidden size, vision width, patch size, ``T``) follow
+    the nested configs."""
     if config.text_config is None:
         raise ConfigError("text_config", "a NemotronHConfig to shrink", None)
     overrides = dict(overrides or {})
-    text_overrides = overrides.pop("text_config", {})
-    if not isinstance(text_overrides, Mapping):
-        raise ConfigError(
-            "text_config overrides", "a mapping of field overrides", type(text_overrides).__name__
-        )
+    nested: dict[str, Mapping[str, Any]] = {}
+    for key in ("text_config", "vision_config", "sound_config"):
+        value = overrides.pop(key, {})
+        if not isinstance(value, Mapping):
+            raise ConfigError(
+                f"{key} overrides", "a mapping of field overrides", type(value).__name__
+            )
+        nested[key] = value
     text = minimal_text_config(
-        config.text_config, layers_per_kind=layers_per_kind, overrides=text_overrides
+        config.text_config, layers_per_kind=layers_per_kind, overrides=nested["text_config"]
     )
     updates = _apply_overrides(config, overrides, "top-level")
-    return dataclasses.replace(
-        config,
-        **updates,
-        text_config=text,
-        hidden_size=text.hidden_size,
-        vocab_size=text.vocab_size,
-    )
+    updates.update(text_config=text, hidden_size=text.hidden_size, vocab_size=text.vocab_size)
+    if config.vision_config is not None:
+        vision = dataclasses.replace(
+            config.vision_config,
+            **{
+                "num_layers": 1,
+                **_apply_overrides(config.vision_config, nested["vision_config"], "vision_config"),
+            },
+        )
+        updates.update(
+            vision_config=vision,
+            vit_hidden_size=vision.hidden_size,
+            patch_size=vision.patch_size,
+            video_temporal_patch_size=vision.video_temporal_patch_size,
+        )
+    elif nested["vision_config"]:
+        raise ConfigError("vision_config overrides", "a vision_config to apply them to", None)
+    if config.sound_config is not None:
+        sound = dataclasses.replace(
+            config.sound_config,
+            **{
+                "num_hidden_layers": 1,
+                **_apply_overrides(config.sound_config, nested["sound_config"], "sound_config"),
+                "llm_hidden_size": text.hidden_size,
+            },
+        )
+        updates.update(sound_config=sound)
+    elif nested["sound_config"]:
+        raise ConfigError("sound_config overrides", "a sound_config to apply them to", None)
+    return dataclasses.replace(config, **updates)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -38,7 +38,7 @@ from reference_impl.inputs import (
     _int_list,
     describe,
 )
-from reference_impl.processor import video_replacement_ids
+from reference_impl.processor import Placeholder, ProcessorOutput, video_replacement_ids
 from reference_impl.tokenizer import IMG_CONTEXT
 
 # The keys that route a call to a modality. The first of them to appear (with a non-None value)
@@ -468,3 +468,92 @@ def _split_list(values: Sequence[int], sizes: Sequence[int]) -> list[list[int]]:
         out.append(list(values[start : start + size]))
         start += size
     return out
+
+
+# ---------------------------------------------------------------------------------------------
+# The whole model
+
+
+class NanoNemotronVLForConditionalGeneration(nn.Module):
+    """Language model, RADIO, connector and (Omni) Parakeet: a processed prompt in, logits and
+    greedy tokens out."""
+
+    def __init__(self, config: VLConfig, tokenizer: PreTrainedTokenizerBase) -> None:
+        super().__init__()
+        from reference_impl.audio import ParakeetAudioTower
+        from reference_impl.nemotron_h import NemotronHForCausalLM
+        from reference_impl.radio import RadioVisionModel
+
+        if config.text_config is None or config.vision_config is None:
+            raise InputValidationError("config", "text_config and vision_config", "missing")
+        self.config = config
+        self.language_model = NemotronHForCausalLM(config.text_config)
+        self.multimodal = NanoNemotronVLModel(
+            config,
+            vision_model=RadioVisionModel(config.vision_config),
+            embed_tokens=self.language_model.model.embed_tokens,
+            tokenizer=tokenizer,
+            sound_encoder=(
+                ParakeetAudioTower(config.sound_config) if config.sound_config is not None else None
+            ),
+        )
+
+    def embed(
+        self,
+        input_ids: torch.Tensor,
+        is_multimodal: torch.Tensor,
+        placeholders: Sequence[Placeholder],
+        **mm_kwargs: object,
+    ) -> torch.Tensor:
+        """``[l]`` prompt ids to ``[l, h]`` embeddings, multimodal positions filled in prompt
+        order."""
+        embeds = self.language_model.embed_input_ids(input_ids)
+        if not placeholders:
+            return embeds
+        outputs = self.multimodal.embed_multimodal(**mm_kwargs)
+        parsed = self.multimodal.parse_multimodal_inputs(**mm_kwargs)
+        by_modality: dict[str, list[torch.Tensor]] = {}
+        start = 0
+        for modality in parsed:
+            count = parsed[modality].num_items  # type: ignore[literal-required]
+            by_modality[modality] = list(outputs[start : start + count])
+            start += count
+        ordered = []
+        for span in sorted(placeholders, key=lambda p: p.start):
+            item = by_modality[span.modality][span.index]
+            if item.shape[0] != span.length:
+                raise InputValidationError(
+                    f"{span.modality}[{span.index}]",
+                    f"{span.length} rows (its placeholder count)",
+                    f"{item.shape[0]} rows",
+                )
+            ordered.append(item)
+        return merge_multimodal_embeddings(embeds, ordered, is_multimodal)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        is_multimodal: torch.Tensor,
+        placeholders: Sequence[Placeholder],
+        **mm_kwargs: object,
+    ) -> torch.Tensor:
+        """Logits ``[l, V]`` for one processed prompt."""
+        embeds = self.embed(input_ids, is_multimodal, placeholders, **mm_kwargs)
+        logits: torch.Tensor = self.language_model(inputs_embeds=embeds[None])[0]
+        return logits
+
+    @torch.no_grad()
+    def generate(self, prompt: ProcessorOutput, max_new_tokens: int) -> list[int]:
+        """Greedy decoding of ``max_new_tokens`` after a processed prompt."""
+        device = self.language_model.lm_head.weight.device
+        ids = torch.tensor(prompt.input_ids, device=device)
+        mask = torch.tensor(prompt.is_multimodal, device=device)
+        embeds = self.embed(ids, mask, prompt.placeholders, **prompt.mm_kwargs)
+        lm = self.language_model
+        cache = lm.new_cache(1, len(ids) + max_new_tokens)
+        token = lm(inputs_embeds=embeds[None], cache=cache)[0, -1].argmax()
+        out = [int(token)]
+        for _ in range(max_new_tokens - 1):
+            token = lm(token.reshape(1, 1), cache=cache)[0, -1].argmax()
+            out.append(int(token))
+        return out

@@ -1,17 +1,35 @@
-"""Prompt-side helpers: video frame separators and the video replacement token ids.
+"""The processor's arithmetic: image tiling (static and dynamic resolution), video frame sizes,
+frame separators and the video replacement ids.
+
+Glossary: ``S`` tile side, ``P`` patch side, ``r`` shuffle factor (2), grids are
+``(cols, rows)``.
 
 The model rebuilds a video's replacement (separator text, ``<img>``, ``<image>`` x tokens,
-``</img>`` per frame or tubelet) to fill the non-context positions with text embeddings, so these
-must match what the processor put into the prompt.
+``</img>`` per frame or tubelet) to fill the non-context positions with text embeddings, so
+these must match what the processor put into the prompt.
 """
 
 from __future__ import annotations
 
+import math
+import re
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 
+import torch
 from transformers import PreTrainedTokenizerBase
 
-from reference_impl.tokenizer import IMG_CONTEXT, IMG_END, IMG_START
+from reference_impl.audio import audio_token_count, extract_features, to_mono
+from reference_impl.config import ConfigError, VLConfig
+from reference_impl.tokenizer import (
+    AUDIO_CONTEXT,
+    AUDIO_END,
+    AUDIO_START,
+    IMG_CONTEXT,
+    IMG_END,
+    IMG_START,
+    VIDEO_PLACEHOLDER,
+)
 
 
 def frame_timestamps(frames_indices: Sequence[int], frame_duration_ms: int) -> list[float]:
@@ -81,3 +99,436 @@ def video_replacement_ids(
     for sep, k in zip(sep_ids, tokens_per_group, strict=True):
         ids += sep + start + context * k + end
     return ids
+
+
+# ---------------------------------------------------------------------------------------------
+# Images: static tiling (InternVL style)
+
+
+def target_ratios(max_num_tiles: int, min_num_tiles: int = 1) -> list[tuple[int, int]]:
+    """Every ``(cols, rows)`` grid with ``min <= cols*rows <= max`` tiles, by tile count."""
+    grids = {
+        (i, j)
+        for i in range(1, max_num_tiles + 1)
+        for j in range(1, max_num_tiles + 1)
+        if min_num_tiles <= i * j <= max_num_tiles
+    }
+    return sorted(grids, key=lambda g: (g[0] * g[1], g))
+
+
+def closest_grid(width: int, height: int, tile: int, max_num_tiles: int) -> tuple[int, int]:
+    """The ``(cols, rows)`` grid whose aspect ratio is closest to the image's; on a tie the
+    larger grid wins when the image has more than half its pixel area."""
+    aspect = width / height
+    best, best_diff = (1, 1), float("inf")
+    for cols, rows in target_ratios(max_num_tiles):
+        diff = abs(aspect - cols / rows)
+        if diff < best_diff:
+            best, best_diff = (cols, rows), diff
+        elif diff == best_diff and width * height > 0.5 * tile * tile * cols * rows:
+            best = (cols, rows)
+    return best
+
+
+def num_static_tiles(
+    width: int, height: int, tile: int, max_num_tiles: int, use_thumbnail: bool
+) -> int:
+    """Tiles of an image, the thumbnail included (it is added when the grid has > 1 tile)."""
+    cols, rows = closest_grid(width, height, tile, max_num_tiles)
+    return cols * rows + (1 if use_thumbnail and cols * rows > 1 else 0)
+
+
+def resize_normalize(
+    image: torch.Tensor, height: int, width: int, mean: Sequence[float], std: Sequence[float]
+) -> torch.Tensor:
+    """``[n, 3, H, W]`` pixel values in 0..255 to ``[n, 3, height, width]``: bicubic with
+    antialiasing (skipped when the size already matches), ``/255``, then ``(x - mean) / std``."""
+    x = image.float()
+    if tuple(x.shape[-2:]) != (height, width):
+        x = torch.nn.functional.interpolate(
+            x, size=(height, width), mode="bicubic", align_corners=False, antialias=True
+        )
+    m = torch.tensor(mean, dtype=torch.float32).reshape(1, 3, 1, 1)
+    s = torch.tensor(std, dtype=torch.float32).reshape(1, 3, 1, 1)
+    return (x / 255.0 - m) / s
+
+
+def tile_image(
+    image: torch.Tensor,
+    tile: int,
+    max_num_tiles: int,
+    use_thumbnail: bool,
+    mean: Sequence[float],
+    std: Sequence[float],
+) -> torch.Tensor:
+    """One ``[3, H, W]`` image (0..255) to ``[t, 3, S, S]`` tiles, row-major, thumbnail last."""
+    height, width = image.shape[-2:]
+    cols, rows = closest_grid(width, height, tile, max_num_tiles)
+    resized = resize_normalize(image[None], rows * tile, cols * tile, mean, std)[0]
+    tiles = resized.reshape(3, rows, tile, cols, tile).permute(1, 3, 0, 2, 4)
+    tiles = tiles.reshape(rows * cols, 3, tile, tile)
+    if use_thumbnail and rows * cols > 1:
+        tiles = torch.cat([tiles, resize_normalize(image[None], tile, tile, mean, std)])
+    return tiles
+
+
+# ---------------------------------------------------------------------------------------------
+# Images: dynamic resolution (a patch budget per request)
+
+
+def dynamic_grid(
+    width: int, height: int, budget: int, patch: int, min_patches: int, factor_max: float = 1.0
+) -> tuple[int, int]:
+    """``(cols, rows)`` in patches for one image under a budget of ``budget`` patches: scale
+    the image's patch grid to fit (never up beyond ``factor_max``), raise it to
+    ``min_patches``, then round each side to an even count (up if that still fits)."""
+    rows0 = round(height / patch + 0.5)
+    cols0 = round(width / patch + 0.5)
+    factor = min(math.sqrt(budget / (rows0 * cols0)), factor_max)
+    # At least one patch per side: vLLM 0.33.0 floors a very thin image's short side to 0 and
+    # then divides by zero (ZeroDivisionError); here it keeps one patch.
+    rows, cols = max(1, math.floor(factor * rows0)), max(1, math.floor(factor * cols0))
+    if budget > min_patches and rows * cols < min_patches:
+        up = math.sqrt(min_patches / (rows * cols))
+        rows, cols = math.ceil(up * rows), math.ceil(up * cols)
+    if rows % 2:
+        rows = rows + 1 if (rows + 1) * cols <= budget else max(2, rows - 1)
+    if cols % 2:
+        cols = cols + 1 if rows * (cols + 1) <= budget else max(2, cols - 1)
+    return cols, rows
+
+
+def dynamic_grids(
+    sizes: Sequence[tuple[int, int]],
+    tokens_available: int,
+    patch: int,
+    min_patches: int,
+    max_patches: int,
+) -> list[tuple[int, int]]:
+    """Patch grids for every image of a request sharing ``tokens_available`` embedding tokens
+    (4 patches per token after the pixel shuffle); over budget, each image's share is scaled
+    down, at most 10 rounds."""
+    cap = max_patches if max_patches > 0 else math.inf
+    total = max(tokens_available * 4, min_patches * len(sizes))
+    shares = [int(max(min(total, cap), min_patches)) for _ in sizes]
+    for _ in range(10):
+        grids = [
+            dynamic_grid(w, h, share, patch, min_patches)
+            for (w, h), share in zip(sizes, shares, strict=True)
+        ]
+        used = [c * r for c, r in grids]
+        if sum(used) <= total:
+            return grids
+        scale = total / sum(used)
+        scaled = [max(min_patches, int(u * scale)) for u in used]
+        shares = (
+            scaled
+            if any(s < old for s, old in zip(scaled, shares, strict=True))
+            else ([min_patches] * len(sizes))
+        )
+    raise ValueError(f"images: no patch grids fit {tokens_available} tokens for sizes {sizes}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Video frames
+
+
+def video_frame_size(
+    width: int,
+    height: int,
+    tile: int,
+    patch: int,
+    downsample_ratio: float,
+    target_num_patches: int | None,
+    maintain_aspect_ratio: bool,
+) -> tuple[int, int, int]:
+    """``(width, height, tokens_per_frame)`` of resized frames: ``S x S`` by default; with a
+    patch target, a square of that many patches or an aspect-preserving grid (each side a
+    multiple of the shuffle factor, rounded up when that still fits)."""
+    r = round(1 / downsample_ratio)
+    if target_num_patches is None:
+        w = h = tile
+    elif maintain_aspect_ratio:
+        aspect = width / max(height, 1)
+        ph = max(1, round(math.sqrt(target_num_patches / aspect)))
+        pw = max(1, round(math.sqrt(target_num_patches * aspect)))
+        if r > 1:
+            up_h, up_w = ph + (-ph) % r, pw + (-pw) % r
+            if up_h * up_w <= target_num_patches:
+                ph, pw = up_h, up_w
+            else:
+                ph, pw = max(r, ph - ph % r), max(r, pw - pw % r)
+        w, h = pw * patch, ph * patch
+    else:
+        side = max(r, int(math.sqrt(target_num_patches)) // r * r)
+        w = h = side * patch
+    tokens = int((h // patch) * downsample_ratio) * int((w // patch) * downsample_ratio)
+    return w, h, tokens
+
+
+# ---------------------------------------------------------------------------------------------
+# The processor: prompt expansion and the model's keyword arguments
+
+
+@dataclass(frozen=True)
+class Video:
+    """Decoded frames ``[F, H, W, 3]`` (uint8) with the metadata the separators need."""
+
+    frames: torch.Tensor
+    fps: float = 2.0
+    frames_indices: Sequence[int] | None = None
+
+
+@dataclass(frozen=True)
+class Placeholder:
+    """One item's span of placeholder positions in the expanded prompt."""
+
+    modality: str  # "images" | "videos" | "audios"
+    index: int  # the item's index within its modality
+    start: int
+    length: int
+
+
+@dataclass
+class ProcessorOutput:
+    input_ids: list[int]
+    is_multimodal: list[bool]  # positions the model fills with multimodal embeddings
+    placeholders: list[Placeholder]
+    mm_kwargs: dict[str, object] = field(default_factory=dict)
+    num_tokens_per_image: list[int] = field(default_factory=list)
+
+
+_PLACEHOLDER = re.compile(
+    f"({re.escape(IMG_CONTEXT)}|{re.escape(VIDEO_PLACEHOLDER)}|{re.escape(AUDIO_CONTEXT)})"
+)
+
+
+def supports_video(config: VLConfig) -> bool:
+    """Always (the metadata questions are answered from the config alone)."""
+    return True
+
+
+def supports_audio(config: VLConfig) -> bool:
+    return config.has_audio
+
+
+def is_dynamic_tiler(config: VLConfig) -> bool:
+    return config.dynamic_resolution
+
+
+def _image_tensor(image: object, index: int) -> torch.Tensor:
+    """An ``[H, W, 3]`` RGB image (uint8 or 0..255 floats) as float ``[3, H, W]``."""
+    x = torch.as_tensor(image)
+    if x.ndim != 3 or x.shape[-1] != 3:
+        raise ConfigError(f"images[{index}]", "an RGB image [H, W, 3]", tuple(x.shape))
+    if x.shape[0] == 0 or x.shape[1] == 0:
+        raise ConfigError(f"images[{index}]", "a non-empty image", tuple(x.shape))
+    return x.permute(2, 0, 1).float()
+
+
+class NanoNemotronVLProcessor:
+    """Expands a prompt's ``<image>`` / ``<video>`` / ``<so_embedding>`` placeholders and builds
+    the model's inputs. Holds no per-object state beyond the config and the tokenizer."""
+
+    def __init__(self, config: VLConfig, tokenizer: PreTrainedTokenizerBase) -> None:
+        self.config = config
+        self.tokenizer = tokenizer
+
+        def encode(text: str) -> list[int]:
+            ids: list[int] = tokenizer.encode(text, add_special_tokens=False)
+            return ids
+
+        self.img_start, self.img_end = encode(IMG_START), encode(IMG_END)
+        self.img_context = encode(IMG_CONTEXT)
+        self.audio_start, self.audio_end = encode(AUDIO_START), encode(AUDIO_END)
+        self.audio_context = encode(AUDIO_CONTEXT)
+
+    # -- per modality -------------------------------------------------------------------
+
+    def _images(
+        self, images: Sequence[object], text: str, max_num_tiles: int
+    ) -> tuple[dict[str, object], list[int]]:
+        c = self.config
+        pixels = [_image_tensor(image, i) for i, image in enumerate(images)]
+        if not c.dynamic_resolution:
+            tiles = [
+                tile_image(
+                    p, c.force_image_size, max_num_tiles, c.use_thumbnail, c.norm_mean, c.norm_std
+                )
+                for p in pixels
+            ]
+            counts = [len(t) * c.num_image_token for t in tiles]
+            return {
+                "pixel_values_flat": torch.cat(tiles),
+                "image_num_patches": torch.tensor([len(t) for t in tiles]),
+            }, counts
+        text_len = len(
+            self.tokenizer.encode(text.replace(IMG_CONTEXT, ""), add_special_tokens=False)
+        )
+        grids = dynamic_grids(
+            [(p.shape[2], p.shape[1]) for p in pixels],
+            c.max_model_len - text_len - 4,
+            c.patch_size,
+            c.min_num_patches,
+            c.max_num_patches,
+        )
+        resized = [
+            resize_normalize(
+                p[None], rows * c.patch_size, cols * c.patch_size, c.norm_mean, c.norm_std
+            )[0]
+            for p, (cols, rows) in zip(pixels, grids, strict=True)
+        ]
+        counts = [cols * rows // c.shuffle_factor**2 for cols, rows in grids]
+        return {
+            "pixel_values_flat": resized,
+            "imgs_sizes": [(int(r.shape[1]), int(r.shape[2])) for r in resized],
+            "num_tokens_per_image": counts,
+        }, counts
+
+    def _videos(self, videos: Sequence[Video]) -> tuple[dict[str, object], list[list[int]]]:
+        c = self.config
+        pixels, counts, indices, durations, replacements = [], [], [], [], []
+        for i, video in enumerate(videos):
+            frames = torch.as_tensor(video.frames)
+            if frames.ndim != 4 or frames.shape[-1] != 3:
+                raise ConfigError(
+                    f"videos[{i}].frames", "RGB frames [F, H, W, 3]", tuple(frames.shape)
+                )
+            if frames.shape[0] == 0:
+                raise ConfigError(f"videos[{i}].frames", "at least one frame", "0 frames")
+            if video.fps <= 0:
+                raise ConfigError(f"videos[{i}].fps", "a positive frame rate", video.fps)
+            index = (
+                list(video.frames_indices)
+                if video.frames_indices is not None
+                else list(range(frames.shape[0]))
+            )
+            if len(index) != frames.shape[0]:
+                raise ConfigError(
+                    f"videos[{i}].frames_indices",
+                    f"one index per frame ({frames.shape[0]})",
+                    len(index),
+                )
+            w, h, per_frame = video_frame_size(
+                frames.shape[2],
+                frames.shape[1],
+                c.force_image_size,
+                c.patch_size,
+                c.downsample_ratio,
+                c.video_target_num_patches,
+                c.video_maintain_aspect_ratio,
+            )
+            pixels.append(
+                resize_normalize(frames.permute(0, 3, 1, 2), h, w, c.norm_mean, c.norm_std)
+            )
+            duration = int(1000 / video.fps)
+            groups = math.ceil(frames.shape[0] / c.video_temporal_patch_size)
+            replacements.append(
+                video_replacement_ids(
+                    self.tokenizer,
+                    [per_frame] * groups,
+                    index,
+                    duration,
+                    c.video_temporal_patch_size,
+                )
+            )
+            counts.append(frames.shape[0])
+            indices.append(torch.tensor(index))
+            durations.append(duration)
+        sizes = {tuple(p.shape[-2:]) for p in pixels}
+        if len(sizes) > 1:
+            raise ConfigError("videos", "frames of one size in one request", sorted(sizes))
+        return {
+            "pixel_values_flat_video": torch.cat(pixels),
+            "video_num_patches": torch.tensor(counts),
+            "frames_indices": torch.cat(indices),
+            "frame_duration_ms": torch.tensor(durations),
+        }, replacements
+
+    # -- the prompt ---------------------------------------------------------------------
+
+    def __call__(
+        self,
+        text: str,
+        images: Sequence[object] = (),
+        videos: Sequence[Video] = (),
+        audios: Sequence[torch.Tensor | Sequence[float]] = (),
+        max_num_tiles: int | None = None,
+    ) -> ProcessorOutput:
+        c = self.config
+        max_tiles = c.max_num_tiles if max_num_tiles is None else max_num_tiles
+        if not 1 <= max_tiles <= c.max_num_tiles:
+            raise ConfigError(
+                "max_num_tiles", f"1..{c.max_num_tiles} (the config's limit)", max_tiles
+            )
+        pieces = _PLACEHOLDER.split(text)
+        found = {
+            IMG_CONTEXT: pieces.count(IMG_CONTEXT),
+            VIDEO_PLACEHOLDER: pieces.count(VIDEO_PLACEHOLDER),
+            AUDIO_CONTEXT: pieces.count(AUDIO_CONTEXT),
+        }
+        for token, items, name in (
+            (IMG_CONTEXT, images, "images"),
+            (VIDEO_PLACEHOLDER, videos, "videos"),
+            (AUDIO_CONTEXT, audios, "audios"),
+        ):
+            if found[token] != len(items):
+                raise ConfigError(
+                    name,
+                    f"one item per {token} in the prompt ({found[token]})",
+                    f"{len(items)} items",
+                )
+        if audios and not c.has_audio:
+            raise ConfigError("audios", "none (this model has no sound_config)", len(audios))
+        kwargs: dict[str, object] = {}
+        image_counts: list[int] = []
+        video_ids: list[list[int]] = []
+        audio_counts: list[int] = []
+        if images:
+            image_kwargs, image_counts = self._images(images, text, max_tiles)
+            kwargs.update(image_kwargs)
+        if videos:
+            video_kwargs, video_ids = self._videos(videos)
+            kwargs.update(video_kwargs)
+        if audios:
+            assert c.sound_config is not None, "has_audio without a sound_config"
+            features, mask, clips = extract_features(audios, c.sound_config)
+            kwargs.update(
+                input_audio_features=features, feature_attention_mask=mask, audio_num_clips=clips
+            )
+            audio_counts = [
+                audio_token_count(len(to_mono(a, i)), c.sound_config) for i, a in enumerate(audios)
+            ]
+        ids: list[int] = []
+        mm: list[bool] = []
+        spans: list[Placeholder] = []
+        seen = {"images": 0, "videos": 0, "audios": 0}
+
+        def add(tokens: list[int], flags: list[bool]) -> None:
+            ids.extend(tokens)
+            mm.extend(flags)
+
+        for piece in pieces:
+            if piece == IMG_CONTEXT:
+                k = image_counts[seen["images"]]
+                add(self.img_start, [False] * len(self.img_start))
+                spans.append(Placeholder("images", seen["images"], len(ids), k))
+                add(self.img_context * k, [True] * k * len(self.img_context))
+                add(self.img_end, [False] * len(self.img_end))
+                seen["images"] += 1
+            elif piece == VIDEO_PLACEHOLDER:
+                repl = video_ids[seen["videos"]]
+                spans.append(Placeholder("videos", seen["videos"], len(ids), len(repl)))
+                add(repl, [True] * len(repl))  # every position: separators and tags too
+                seen["videos"] += 1
+            elif piece == AUDIO_CONTEXT:
+                k = audio_counts[seen["audios"]]
+                add(self.audio_start, [False] * len(self.audio_start))
+                spans.append(Placeholder("audios", seen["audios"], len(ids), k))
+                add(self.audio_context * k, [True] * k * len(self.audio_context))
+                add(self.audio_end, [False] * len(self.audio_end))
+                seen["audios"] += 1
+            elif piece:
+                tokens = self.tokenizer.encode(piece, add_special_tokens=False)
+                add(tokens, [False] * len(tokens))
+        return ProcessorOutput(ids, mm, spans, kwargs, image_counts)
