@@ -503,7 +503,7 @@ class NanoNemotronVLForConditionalGeneration(nn.Module):
         input_ids: torch.Tensor,
         is_multimodal: torch.Tensor,
         placeholders: Sequence[Placeholder],
-        **mm_kwargs: object,
+        **mm_kwargs: Any,
     ) -> torch.Tensor:
         """``[l]`` prompt ids to ``[l, h]`` embeddings, multimodal positions filled in prompt
         order."""
@@ -535,7 +535,7 @@ class NanoNemotronVLForConditionalGeneration(nn.Module):
         input_ids: torch.Tensor,
         is_multimodal: torch.Tensor,
         placeholders: Sequence[Placeholder],
-        **mm_kwargs: object,
+        **mm_kwargs: Any,
     ) -> torch.Tensor:
         """Logits ``[l, V]`` for one processed prompt."""
         embeds = self.embed(input_ids, is_multimodal, placeholders, **mm_kwargs)
