@@ -160,7 +160,8 @@ def fuzz(session: nox.Session) -> None:
 
 @nox.session(venv_backend="none")
 def bench(session: nox.Session) -> None:
-    """Speed of the reference LM beside transformers: reports/benchmarks/lm.{json,md}.
+    """Speed of the reference (the LM beside transformers, end to end):
+    reports/benchmarks/lm.{json,md}.
 
     Fails when a target (ratios named in the LM issue) is missed.
     """

@@ -113,3 +113,72 @@ def parakeet(
     if missing:
         raise ValueError(f"vLLM ProjectedParakeet: parameters not loaded: {missing}")
     return finish(model)
+
+
+def mlp1(
+    vit_hidden_size: int,
+    projector_hidden_size: int,
+    llm_hidden_size: int,
+    weights: dict[str, torch.Tensor],
+    shuffle_factor: int = 2,
+) -> nn.Module:
+    """vLLM's ``mlp1`` exactly as ``NemotronH_Nano_VL_V2.__init__`` builds it (vLLM's RMSNorm
+    and ReLUSquaredActivation), loaded with ``weights`` (``0.weight``, ``1.weight``,
+    ``3.weight``)."""
+    init_cpu_runtime()
+    from vllm.model_executor.layers.activation import ReLUSquaredActivation
+    from vllm.model_executor.layers.layernorm import RMSNorm
+
+    width = vit_hidden_size * shuffle_factor**2
+    module = nn.Sequential(
+        RMSNorm(hidden_size=width, eps=1e-5),
+        nn.Linear(width, projector_hidden_size, bias=False),
+        ReLUSquaredActivation(),
+        nn.Linear(projector_hidden_size, llm_hidden_size, bias=False),
+    )
+    module.load_state_dict(weights)
+    return finish(module)
+
+
+def pixel_shuffle(x: torch.Tensor, ps_version: str = "v2") -> torch.Tensor:
+    """vLLM's ``NemotronH_Nano_VL_V2.pixel_shuffle`` (a method that reads ``ps_version``)."""
+    prepare_cpu_environment()
+    from vllm.model_executor.models.nano_nemotron_vl import NemotronH_Nano_VL_V2
+
+    holder = object.__new__(NemotronH_Nano_VL_V2)
+    object.__setattr__(holder, "ps_version", ps_version)
+    out: torch.Tensor = NemotronH_Nano_VL_V2.pixel_shuffle(holder, x, scale_factor=0.5)
+    return out
+
+
+def video_replacement_ids(
+    tokenizer: Any,
+    tokens_per_frame: list[int],
+    frames_indices: list[int],
+    frame_duration_ms: int | None,
+    temporal_patch_size: int,
+) -> list[int]:
+    """vLLM's ``NanoNemotronVLProcessor.get_video_repl`` token ids, with ``tokenizer``."""
+    prepare_cpu_environment()
+    from vllm.transformers_utils.processors.nano_nemotron_vl import (
+        IMG_CONTEXT,
+        IMG_END,
+        IMG_START,
+        NanoNemotronVLProcessor,
+    )
+
+    def encode(text: str) -> list[int]:
+        ids: list[int] = tokenizer.encode(text, add_special_tokens=False)
+        return ids
+
+    details = NanoNemotronVLProcessor.get_video_repl(
+        tokens_per_frame=tokens_per_frame,
+        frames_indices=frames_indices,
+        frame_duration_ms=frame_duration_ms,
+        tokenizer=tokenizer,
+        img_start_token_ids=encode(IMG_START),
+        img_end_token_ids=encode(IMG_END),
+        img_context_token_ids=encode(IMG_CONTEXT),
+        video_temporal_patch_size=temporal_patch_size,
+    )
+    return list(details.full)

@@ -19,10 +19,15 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
+from torch import nn
 
 from reference_impl.nemotron_h import NemotronHForCausalLM
+
+if TYPE_CHECKING:  # model.py builds on this module's neighbours; no import cycle at run time
+    from reference_impl.model import NanoNemotronVLForConditionalGeneration
 
 _QKV = re.compile(r"^(?P<prefix>.*\.mixer)\.(?P<part>[qkv])_proj\.weight$")
 _EXPERT = re.compile(
@@ -141,3 +146,84 @@ def load_safetensors(model: NemotronHForCausalLM, path: str | Path) -> None:
     from safetensors.torch import load_file
 
     load_state_dict(model, load_file(str(path)))
+
+
+def load_vl_checkpoint(
+    model: NanoNemotronVLForConditionalGeneration,
+    weights: Mapping[str, torch.Tensor],
+    *,
+    text_only: bool = False,
+) -> None:
+    """Load a whole Nano-Nemotron VL checkpoint (checkpoint naming), routing by prefix as vLLM's
+    ``NemotronH_Nano_VL_V2.load_weights`` does:
+
+    - ``language_model.*`` (``language_model.backbone.*`` too) -> the language model;
+    - ``vision_model.radio_model.*`` -> RADIO; ``mlp1.{0,1,3}.*`` -> the connector;
+      ``vision_final_layernorm.*`` when the config has it;
+    - ``sound_encoder.encoder.*`` and ``sound_projection.{norm,linear1,linear2}.*`` -> Parakeet.
+
+    With ``text_only`` (every multimodal limit 0) the tower weights are skipped cleanly. Any
+    other name, and any missing weight, raises."""
+    groups: dict[str, dict[str, torch.Tensor]] = {
+        "lm": {},
+        "vision": {},
+        "connector": {},
+        "sound": {},
+    }
+    unexpected = []
+    projection = {"norm": "0", "linear1": "1", "linear2": "3"}
+    for name, tensor in weights.items():
+        if name.startswith("language_model."):
+            groups["lm"][name.removeprefix("language_model.")] = tensor
+        elif name.startswith("vision_model.radio_model."):
+            groups["vision"][name] = tensor
+        elif name.startswith(("mlp1.", "vision_final_layernorm.")):
+            groups["connector"][name] = tensor
+        elif name.startswith("sound_encoder.encoder.feature_extractor."):
+            continue  # extractor buffers: the features are computed outside the model
+        elif name.startswith("sound_encoder."):
+            groups["sound"][name.removeprefix("sound_encoder.")] = tensor
+        elif name.startswith("sound_projection."):
+            part, _, rest = name.removeprefix("sound_projection.").partition(".")
+            groups["sound"][f"projection.{projection.get(part, part)}.{rest}"] = tensor
+        else:
+            unexpected.append(name)
+    if unexpected:
+        raise WeightLoadError([], sorted(unexpected), [])
+    load_state_dict(model.language_model, groups["lm"])
+    if text_only:
+        return
+    mm = model.multimodal
+    from reference_impl.radio import RadioVisionModel
+
+    if not isinstance(mm.vision_model, RadioVisionModel):
+        raise TypeError("load_vl_checkpoint: the model's vision tower is not RADIO")
+    mm.vision_model.load_checkpoint(groups["vision"])
+    connector = {k.removeprefix("mlp1."): v for k, v in groups["connector"].items()}
+    connector = {
+        k if k.startswith("vision_final_layernorm.") else f"mlp1.{k}": v
+        for k, v in connector.items()
+    }
+    _load_exact(mm.connector, connector, "connector")
+    if mm.sound_encoder is not None:
+        assert isinstance(mm.sound_encoder, nn.Module)
+        _load_exact(mm.sound_encoder, groups["sound"], "sound")
+    elif groups["sound"]:
+        raise WeightLoadError([], sorted(f"sound_encoder.{k}" for k in groups["sound"]), [])
+
+
+def _load_exact(module: nn.Module, weights: Mapping[str, torch.Tensor], what: str) -> None:
+    """Parameters and persistent buffers (BatchNorm running statistics) of ``module``."""
+    params = dict(module.state_dict(keep_vars=True))
+    missing = sorted(set(params) - set(weights))
+    unexpected = sorted(f"{what}: {k}" for k in set(weights) - set(params))
+    mis_shaped = [
+        f"{what}: {k} (expected {tuple(params[k].shape)}, got {tuple(t.shape)})"
+        for k, t in weights.items()
+        if k in params and params[k].shape != t.shape
+    ]
+    if missing or unexpected or mis_shaped:
+        raise WeightLoadError([f"{what}: {m}" for m in missing], unexpected, mis_shaped)
+    with torch.no_grad():
+        for name, tensor in weights.items():
+            params[name].copy_(tensor)

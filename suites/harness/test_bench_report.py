@@ -17,12 +17,15 @@ NAMES = {
     "test_decode_all_mamba[4096]": 0.055,
     "test_scan_2048[sequential]": 0.120,
     "test_scan_2048[chunked]": 0.020,
+    "test_end_to_end_tiny_omni": 2.5,
 }
 
 
 def data(**changes):
     medians = NAMES | changes
-    return {"benchmarks": [{"name": n, "stats": {"median": v}} for n, v in medians.items()]}
+    return {
+        "benchmarks": [{"name": n, "stats": {"median": v, "min": v}} for n, v in medians.items()]
+    }
 
 
 def test_all_targets_met():
