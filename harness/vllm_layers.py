@@ -85,17 +85,7 @@ def parakeet(
     from vllm.model_executor.models.parakeet import ProjectedParakeet
 
     sound = PretrainedConfig(
-        hidden_size=config.hidden_size,
-        num_hidden_layers=config.num_hidden_layers,
-        num_attention_heads=config.num_attention_heads,
-        intermediate_size=config.intermediate_size,
-        conv_kernel_size=config.conv_kernel_size,
-        subsampling_factor=config.subsampling_factor,
-        subsampling_conv_channels=config.subsampling_conv_channels,
-        subsampling_conv_kernel_size=config.subsampling_conv_kernel_size,
-        subsampling_conv_stride=config.subsampling_conv_stride,
-        num_mel_bins=config.num_mel_bins,
-        convolution_bias=config.convolution_bias,
+        **config.encoder_fields(),
         projection_hidden_size=config.projection_hidden_size,
         projection_bias=config.projection_bias,
         projection_eps=config.projection_eps,

@@ -63,6 +63,23 @@ class AudioConfig:
         if self.subsampling_factor < 1 or self.subsampling_factor & (self.subsampling_factor - 1):
             raise ConfigError("subsampling_factor", "a power of two", self.subsampling_factor)
 
+    def encoder_fields(self) -> dict[str, object]:
+        """The Parakeet encoder's fields (``ParakeetEncoderConfig`` keyword arguments)."""
+        names = (
+            "hidden_size",
+            "num_hidden_layers",
+            "num_attention_heads",
+            "intermediate_size",
+            "conv_kernel_size",
+            "subsampling_factor",
+            "subsampling_conv_channels",
+            "subsampling_conv_kernel_size",
+            "subsampling_conv_stride",
+            "num_mel_bins",
+            "convolution_bias",
+        )
+        return {name: getattr(self, name) for name in names}
+
     @property
     def clip_samples(self) -> int:
         return round(self.clip_duration_s * self.sampling_rate)
@@ -224,17 +241,7 @@ class ParakeetAudioTower(nn.Module):
         # As vLLM builds it: no input scaling, no attention bias.
         self.encoder = ParakeetEncoder(
             ParakeetEncoderConfig(
-                hidden_size=config.hidden_size,
-                num_hidden_layers=config.num_hidden_layers,
-                num_attention_heads=config.num_attention_heads,
-                intermediate_size=config.intermediate_size,
-                conv_kernel_size=config.conv_kernel_size,
-                subsampling_factor=config.subsampling_factor,
-                subsampling_conv_channels=config.subsampling_conv_channels,
-                subsampling_conv_kernel_size=config.subsampling_conv_kernel_size,
-                subsampling_conv_stride=config.subsampling_conv_stride,
-                num_mel_bins=config.num_mel_bins,
-                convolution_bias=config.convolution_bias,
+                **config.encoder_fields(),
                 scale_input=False,
                 attention_bias=False,
                 dropout=0.0,

@@ -10,6 +10,7 @@ import pytest
 import torch
 from torch import nn
 
+from reference_impl import presets
 from reference_impl.config import ConfigError, NemotronHConfig, VLConfig
 from reference_impl.dummy import (
     mamba_state_dtype_from_config,
@@ -22,26 +23,10 @@ from reference_impl.dummy import (
 )
 from suites.reference.lm_configs import tiny
 
-# Nemotron Nano 12B v2's pattern (the architecture brief, from the Megatron-Bridge docs).
-PATTERN_12B = "M-M-M-M*-M-M-M-M*-M-M-M-M*-M-M-M-M*-M-M-M-M*-M-M-M-M*-M-M-M-M-"
-
 
 def config_12b(**fields):
-    base = dict(
-        vocab_size=131072,
-        hidden_size=5120,
-        hybrid_override_pattern=PATTERN_12B,
-        num_attention_heads=40,
-        num_key_value_heads=8,
-        head_dim=128,
-        mamba_num_heads=128,
-        mamba_head_dim=80,
-        n_groups=8,
-        ssm_state_size=128,
-        intermediate_size=20480,
-    )
-    base.update(fields)
-    return NemotronHConfig(**base)
+    """Nemotron Nano 12B v2's language model (the preset), with ``fields`` changed."""
+    return dataclasses.replace(presets.nemotron_nano_12b_v2_vl().text_config, **fields)
 
 
 def test_round_trip_checkpoint_form():
@@ -108,7 +93,7 @@ def test_both_pattern_forms_must_agree():
 
 
 def test_minimal_pattern_keeps_every_kind_in_order():
-    assert minimal_pattern(PATTERN_12B) == "M-*"
+    assert minimal_pattern(presets.PATTERN_12B) == "M-*"
     assert minimal_pattern("EM*M-E*", 1) == "EM*-"
     assert minimal_pattern("MMM*MM*", 2) == "MM**"
 
