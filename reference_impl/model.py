@@ -38,6 +38,8 @@ from reference_impl.inputs import (
     _int_list,
     describe,
 )
+from reference_impl.lora import base_embedding
+from reference_impl.nemotron_h import NemotronHForCausalLM
 from reference_impl.processor import Placeholder, ProcessorOutput, video_replacement_ids
 from reference_impl.tokenizer import IMG_CONTEXT
 
@@ -342,7 +344,7 @@ class NanoNemotronVLModel(nn.Module):
         device = groups.device
         ids_t = torch.tensor(ids, device=device)
         is_context = torch.isin(ids_t, torch.tensor(self.img_context_ids, device=device))
-        text = self.embed_tokens(ids_t).to(groups.dtype)
+        text = base_embedding(self.embed_tokens)(ids_t).to(groups.dtype)
         return merge_multimodal_embeddings(
             text, (groups.reshape(-1, groups.shape[-1]),), is_context
         )
@@ -476,12 +478,16 @@ def _split_list(values: Sequence[int], sizes: Sequence[int]) -> list[list[int]]:
 
 class NanoNemotronVLForConditionalGeneration(nn.Module):
     """Language model, RADIO, connector and (Omni) Parakeet: a processed prompt in, logits and
-    greedy tokens out."""
+    greedy tokens out. LoRA covers the language model only: its metadata is the LM's."""
+
+    packed_modules_mapping = NemotronHForCausalLM.packed_modules_mapping
+    embedding_modules = NemotronHForCausalLM.embedding_modules
+    lora_skip_prefixes = NemotronHForCausalLM.lora_skip_prefixes
+    is_non_gated_moe = NemotronHForCausalLM.is_non_gated_moe
 
     def __init__(self, config: VLConfig, tokenizer: PreTrainedTokenizerBase) -> None:
         super().__init__()
         from reference_impl.audio import ParakeetAudioTower
-        from reference_impl.nemotron_h import NemotronHForCausalLM
         from reference_impl.radio import RadioVisionModel
 
         if config.text_config is None or config.vision_config is None:

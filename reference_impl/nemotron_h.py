@@ -26,6 +26,7 @@ real tokens never see padding, and decode writes each sequence's next key at its
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -358,6 +359,17 @@ class NemotronHModel(nn.Module):
 
 class NemotronHForCausalLM(nn.Module):
     """The language model: embeddings, the layer stack, ``norm_f``, the head (tied or not)."""
+
+    # LoRA metadata, as vLLM's NemotronHForCausalLM declares it (see reference_impl.lora).
+    packed_modules_mapping: ClassVar[dict[str, list[str]]] = {
+        "qkv_proj": ["q_proj", "k_proj", "v_proj"]
+    }
+    embedding_modules: ClassVar[dict[str, str]] = {
+        "embed_tokens": "input_embeddings",
+        "lm_head": "output_embeddings",
+    }
+    lora_skip_prefixes: ClassVar[list[str]] = ["mtp."]
+    is_non_gated_moe: ClassVar[bool] = True
 
     def __init__(self, config: NemotronHConfig) -> None:
         super().__init__()
