@@ -1,0 +1,111 @@
+"""The processor under concurrency (vLLM PR #38655): metadata answered from the config, prompt
+expansion sharing one fast tokenizer across threads, results equal to the single-threaded ones.
+
+A deliberately wrong variant (a metadata path that builds a processor and reconfigures the
+shared tokenizer, as the pre-fix code did) must fail the same check: with ``tokenizers`` 0.23
+the shared-state race shows as wrong (truncated) results rather than ``Already borrowed``.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+import pytest
+
+from reference_impl import presets, processor
+from reference_impl.tokenizer import VOCAB_SIZE, build_tokenizer
+
+CONFIG = presets.tiny(presets.nemotron_3_nano_omni(), VOCAB_SIZE)
+THREADS = 32
+CALLS_PER_THREAD = 70  # 32 x 70 = 2,240 calls
+LONG_TEXT = "Describe the video in detail, frame by frame, " * 12
+
+
+def calls(tokenizer, metadata: Callable[[], tuple[bool, bool, bool]]):
+    """The mixed workload: metadata questions, prompt expansion, separator tokenisation."""
+    proc = processor.NanoNemotronVLProcessor(CONFIG, tokenizer)
+    return [
+        lambda: metadata(),
+        lambda: tuple(proc(LONG_TEXT).input_ids),
+        lambda: tuple(processor.video_replacement_ids(tokenizer, [4, 4], [0, 2, 4], 500, 2)),
+        lambda: tuple(tokenizer.encode(LONG_TEXT, add_special_tokens=False)),
+    ]
+
+
+def config_only_metadata() -> tuple[bool, bool, bool]:
+    return (
+        processor.supports_video(CONFIG),
+        processor.supports_audio(CONFIG),
+        processor.is_dynamic_tiler(CONFIG),
+    )
+
+
+def stress(tokenizer, metadata) -> tuple[list[BaseException], int, int]:
+    """Run the workload on 32 threads against single-threaded expectations."""
+    work = calls(tokenizer, metadata)
+    expected = [f() for f in work]
+    errors: list[BaseException] = []
+    mismatches = [0]
+    done = [0]
+    lock = threading.Lock()
+    start = threading.Barrier(THREADS)
+
+    def worker(offset: int) -> None:
+        start.wait()
+        for i in range(CALLS_PER_THREAD):
+            k = (offset + i) % len(work)
+            try:
+                result = work[k]()
+            except BaseException as e:  # collected: the test reports every failure
+                with lock:
+                    errors.append(e)
+                continue
+            with lock:
+                done[0] += 1
+                mismatches[0] += result != expected[k]
+
+    threads = [threading.Thread(target=worker, args=(t,)) for t in range(THREADS)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return errors, mismatches[0], done[0]
+
+
+def test_shared_tokenizer_under_32_threads():
+    errors, mismatches, done = stress(build_tokenizer(), config_only_metadata)
+    assert errors == []
+    assert mismatches == 0
+    assert done == THREADS * CALLS_PER_THREAD >= 2000
+
+
+def test_metadata_never_builds_a_processor(monkeypatch):
+    def refuse(*args, **kwargs):
+        raise AssertionError("a metadata path built the processor")
+
+    monkeypatch.setattr(processor.NanoNemotronVLProcessor, "__init__", refuse)
+    assert config_only_metadata() == (True, True, True)
+
+
+def test_the_pre_fix_metadata_path_fails_the_same_check():
+    """Mutant: ``supports_video`` builds a processor, which reconfigures the shared tokenizer
+    (truncation on, then off). Concurrent encodes then see the truncation: the check fails."""
+    tokenizer = build_tokenizer()
+
+    def building_metadata() -> tuple[bool, bool, bool]:
+        processor.NanoNemotronVLProcessor(CONFIG, tokenizer)
+        tokenizer.backend_tokenizer.enable_truncation(16)
+        try:
+            return config_only_metadata()
+        finally:
+            tokenizer.backend_tokenizer.no_truncation()
+
+    failures = 0
+    for _ in range(3):  # a race: give it a few chances, it needs only one
+        errors, mismatches, _ = stress(tokenizer, building_metadata)
+        failures += len(errors) + mismatches
+        if failures:
+            break
+    if failures == 0:
+        pytest.fail("the pre-fix metadata path did not disturb the shared tokenizer")
