@@ -121,7 +121,7 @@ class NanoNemotronVLModel(nn.Module):
         self.config = config
         self.vision_model = vision_model
         self.connector = Connector(config)
-        self.embed_tokens = embed_tokens
+        self.embed_tokens: nn.Module = embed_tokens  # a LoRA wrapper may replace it
         self.tokenizer = tokenizer
         self.sound_encoder = sound_encoder
         self.img_context_ids = tokenizer.encode(IMG_CONTEXT, add_special_tokens=False)

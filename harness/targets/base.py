@@ -105,6 +105,27 @@ class EncoderCalls:
         self.audio.clear()
 
 
+LORA_ATTRIBUTES = (
+    "packed_modules_mapping",
+    "embedding_modules",
+    "lora_skip_prefixes",
+    "is_non_gated_moe",
+)
+
+
+@dataclass(frozen=True)
+class LoRAMetadata:
+    """LoRA attributes of the multimodal class and of its language model class."""
+
+    supports_lora: bool
+    multimodal: dict[str, object]
+    language_model: dict[str, object]
+
+
+def lora_attributes(cls: type) -> dict[str, object]:
+    return {name: getattr(cls, name, None) for name in LORA_ATTRIBUTES}
+
+
 class ModelShell(abc.ABC):
     """A weight-less instance of a target's multimodal wrapper."""
 
@@ -146,6 +167,11 @@ class ModelShell(abc.ABC):
         return {key: move(value) for key, value in kwargs.items()}
 
     @abc.abstractmethod
+    def use_raising_lora_embedding(self) -> None:
+        """Replace the language model's ``embed_tokens`` with a LoRA wrapper (the target's own
+        wrapper class) whose forward raises: only its ``base_layer`` may be used."""
+
+    @abc.abstractmethod
     def _parse(self, **kwargs: object) -> dict[str, ParsedModality]: ...
 
     @abc.abstractmethod
@@ -178,3 +204,7 @@ class Target(abc.ABC):
     @abc.abstractmethod
     def build_shell(self, spec: ShellSpec, device: torch.device) -> ModelShell:
         """A fresh model shell with recording towers."""
+
+    @abc.abstractmethod
+    def lora_metadata(self) -> LoRAMetadata:
+        """The VL class's and its language model class's LoRA attributes."""

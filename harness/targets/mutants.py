@@ -60,6 +60,26 @@ MUTATIONS: dict[str, Mutation] = {
             replacement=r'\g<indent>if image_embeds := kwargs.pop("image_embeds", None):',
         ),
         Mutation(
+            name="lora-wrapper-on-video-markers",
+            upstream="#56231",
+            description="video marker tokens embedded through the LoRA wrapper, not its base layer",
+            pattern=(
+                r"^(?P<indent>[ \t]+)if isinstance\(embed_tokens, BaseLayerWithLoRA\):\n"
+                r"(?P=indent)[ \t]+embed_tokens = embed_tokens\.base_layer\n"
+            ),
+            replacement="",
+        ),
+        Mutation(
+            name="lora-metadata-drift",
+            upstream="#56231",
+            description="the VL class's embedding_modules no longer the language model's",
+            pattern=(
+                r"^(?P<indent>[ \t]+)embedding_modules = "
+                r"NemotronHForCausalLM\.embedding_modules$"
+            ),
+            replacement=r'\g<indent>embedding_modules = {"embed_tokens": "input_embeddings"}',
+        ),
+        Mutation(
             name="video-embeds-not-routed",
             upstream="#56398",
             description='"video_embeds" removed from the video routing keys: silently 0 outputs',

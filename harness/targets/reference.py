@@ -11,11 +11,13 @@ from torch import nn
 import reference_impl
 from harness.targets.base import (
     EncoderCalls,
+    LoRAMetadata,
     ModelShell,
     ParsedModality,
     ShellSpec,
     Target,
     TargetIdentity,
+    lora_attributes,
     sha256_of,
 )
 from harness.targets.fakes import (
@@ -24,7 +26,9 @@ from harness.targets.fakes import (
     FakeVisionTower,
     seeded_mlp1,
 )
-from reference_impl.model import NanoNemotronVLModel
+from reference_impl.lora import LoRAContext, LoRAEmbedding
+from reference_impl.model import NanoNemotronVLForConditionalGeneration, NanoNemotronVLModel
+from reference_impl.nemotron_h import NemotronHForCausalLM
 from reference_impl.tokenizer import VOCAB_SIZE, shared_tokenizer
 
 
@@ -48,6 +52,9 @@ class ReferenceShell(ModelShell):
         self.model.connector.mlp1 = seeded_mlp1(spec.vl_config())
         self.model.to(device)
 
+    def use_raising_lora_embedding(self) -> None:
+        self.model.embed_tokens = RaisingLoRAEmbedding(self.model.embed_tokens)
+
     def _parse(self, **kwargs: object) -> dict[str, ParsedModality]:
         parsed = self.model.parse_multimodal_inputs(**kwargs)
         normalised: dict[str, ParsedModality] = {}
@@ -60,6 +67,18 @@ class ReferenceShell(ModelShell):
         self, placeholder_counts: list[int] | None, **kwargs: object
     ) -> tuple[torch.Tensor, ...]:
         return self.model.embed_multimodal(placeholder_counts=placeholder_counts, **kwargs)
+
+
+class RaisingLoRAEmbedding(LoRAEmbedding):
+    """The reference's LoRA embedding wrapper, refusing to run: encoder-internal tokens must be
+    embedded with ``base_layer``."""
+
+    def __init__(self, base_layer: nn.Module) -> None:
+        assert isinstance(base_layer, nn.Embedding)
+        super().__init__(base_layer, LoRAContext(1), slots=1, max_rank=1)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        raise RuntimeError("the LoRA wrapper embedded tokens that have no mapping entry")
 
 
 class ReferenceTarget(Target):
@@ -81,3 +100,10 @@ class ReferenceTarget(Target):
 
     def build_shell(self, spec: ShellSpec, device: torch.device) -> ModelShell:
         return ReferenceShell(spec, device)
+
+    def lora_metadata(self) -> LoRAMetadata:
+        return LoRAMetadata(
+            supports_lora=True,
+            multimodal=lora_attributes(NanoNemotronVLForConditionalGeneration),
+            language_model=lora_attributes(NemotronHForCausalLM),
+        )

@@ -29,6 +29,7 @@ from torch import nn
 
 from harness.targets.base import (
     EncoderCalls,
+    LoRAMetadata,
     ModelShell,
     ParsedModality,
     ShellSpec,
@@ -36,6 +37,7 @@ from harness.targets.base import (
     TargetIdentity,
     TargetLoadError,
     TargetUnavailable,
+    lora_attributes,
     sha256_of,
 )
 from harness.targets.fakes import FakeRadioModel, FakeSoundEncoder, FakeVisionCore, seeded_mlp1
@@ -332,6 +334,20 @@ class VllmShell(ModelShell):
         model.dynamic_resolution = spec.dynamic_resolution
         self.model = model.to(device)
 
+    def use_raising_lora_embedding(self) -> None:
+        from vllm.lora.layers.base import BaseLayerWithLoRA
+
+        class RaisingEmbeddingWithLoRA(BaseLayerWithLoRA):  # type: ignore[misc]
+            """vLLM's LoRA wrapper base class, refusing to run."""
+
+            def forward(self, *args: Any, **kwargs: Any) -> Any:
+                raise RuntimeError("the LoRA wrapper embedded tokens that have no mapping entry")
+
+        backbone = self.model.language_model.model
+        wrapper = RaisingEmbeddingWithLoRA()
+        wrapper.base_layer = backbone.embed_tokens
+        backbone.embed_tokens = wrapper
+
     def _parse(self, **kwargs: object) -> dict[str, ParsedModality]:
         parsed = self.model._parse_and_validate_multimodal_inputs(**kwargs)
         return {modality: _normalise(inputs) for modality, inputs in parsed.items()}
@@ -394,6 +410,17 @@ class VllmTarget(Target):
 
     def build_shell(self, spec: ShellSpec, device: torch.device) -> ModelShell:
         return VllmShell(self.load(), spec, device)
+
+    def lora_metadata(self) -> LoRAMetadata:
+        module = self.load()
+        from vllm.model_executor.models.interfaces import supports_lora
+
+        cls = module.NemotronH_Nano_VL_V2
+        return LoRAMetadata(
+            supports_lora=bool(supports_lora(cls)),
+            multimodal=lora_attributes(cls),
+            language_model=lora_attributes(module.NemotronHForCausalLM),
+        )
 
 
 class VllmFileTarget(VllmTarget):

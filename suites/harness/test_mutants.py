@@ -82,3 +82,28 @@ def test_each_mutation_applies_exactly_once(name, tmp_path):
     mutation = MUTATIONS[name]
     with pytest.raises(MutationError, match="found it 0 times"):
         mutation.apply(source)  # applied already: the pattern is gone
+
+
+def test_lora_mutants_fail_the_lora_checks(tmp_path):
+    """PR #56231's classes: the wrapper used for video marker tokens, drifted metadata."""
+    wrapper = write_mutant("lora-wrapper-on-video-markers", tmp_path / "a")
+    run = run_suites(
+        tmp_path / "a", f"--target=vllm-file:{wrapper}", suite="suites/conformance/test_lora.py"
+    )
+    assert run.returncode == 1, run.output[-3000:]
+    for temporal in (1, 2):
+        failed = run.outcome(
+            "suites/conformance/test_lora.py::"
+            f"test_video_marker_tokens_use_the_base_embedding[{temporal}]"
+        )
+        assert failed["outcome"] == "fail"
+        assert "no mapping entry" in failed["reason"]
+    drift = write_mutant("lora-metadata-drift", tmp_path / "b")
+    run = run_suites(
+        tmp_path / "b", f"--target=vllm-file:{drift}", suite="suites/conformance/test_lora.py"
+    )
+    assert run.returncode == 1, run.output[-3000:]
+    assert run.outcomes("fail") == {
+        "suites/conformance/test_lora.py::"
+        "test_lora_metadata_equals_the_language_models[embedding_modules]"
+    }
