@@ -206,5 +206,12 @@ class Target(abc.ABC):
         """A fresh model shell with recording towers."""
 
     @abc.abstractmethod
+    def validate_contract(self, kind: str, fields: dict[str, object], hidden_size: int) -> None:
+        """Build the target's typed input of ``kind`` (vLLM's schema ``type``: "pixel_values",
+        "image_embeds", "pixel_values_videos", "video_embeds", "audio_features") from
+        ``fields`` (keyed by the processor's keyword names) with validation on; raise if it is
+        rejected."""
+
+    @abc.abstractmethod
     def lora_metadata(self) -> LoRAMetadata:
         """The VL class's and its language model class's LoRA attributes."""

@@ -26,6 +26,14 @@ from harness.targets.fakes import (
     FakeVisionTower,
     seeded_mlp1,
 )
+from reference_impl.inputs import (
+    AudioFeatureInputs,
+    ImageEmbeddingInputs,
+    ImagePixelInputs,
+    VideoEmbeddingInputs,
+    VideoPixelInputs,
+    _int_list,
+)
 from reference_impl.lora import LoRAContext, LoRAEmbedding
 from reference_impl.model import NanoNemotronVLForConditionalGeneration, NanoNemotronVLModel
 from reference_impl.nemotron_h import NemotronHForCausalLM
@@ -100,6 +108,36 @@ class ReferenceTarget(Target):
 
     def build_shell(self, spec: ShellSpec, device: torch.device) -> ModelShell:
         return ReferenceShell(spec, device)
+
+    def validate_contract(self, kind: str, fields: dict[str, object], hidden_size: int) -> None:
+        f = fields
+        if kind in ("image_embeds", "video_embeds"):
+            cls = ImageEmbeddingInputs if kind == "image_embeds" else VideoEmbeddingInputs
+            key = kind
+            data = f[key]
+            cls(data=list(data) if isinstance(data, tuple) else data).validate(  # type: ignore[arg-type]
+                hidden_size
+            )
+        elif kind == "pixel_values":
+            ImagePixelInputs(
+                f["pixel_values_flat"],  # type: ignore[arg-type]
+                _int_list("image_num_patches", f["image_num_patches"]),
+            ).validate()
+        elif kind == "pixel_values_videos":
+            VideoPixelInputs(
+                f["pixel_values_flat_video"],  # type: ignore[arg-type]
+                _int_list("video_num_patches", f["video_num_patches"]),
+                _int_list("frames_indices", f["frames_indices"]),
+                _int_list("frame_duration_ms", f["frame_duration_ms"]),
+            ).validate(patch_size=1, shuffle_factor=1)
+        elif kind == "audio_features":
+            AudioFeatureInputs(
+                f["input_audio_features"],  # type: ignore[arg-type]
+                f["feature_attention_mask"],  # type: ignore[arg-type]
+                _int_list("audio_num_clips", f["audio_num_clips"]),
+            ).validate()
+        else:
+            raise ValueError(f"kind: unknown input kind {kind!r}")
 
     def lora_metadata(self) -> LoRAMetadata:
         return LoRAMetadata(

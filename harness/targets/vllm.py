@@ -411,6 +411,33 @@ class VllmTarget(Target):
     def build_shell(self, spec: ShellSpec, device: torch.device) -> ModelShell:
         return VllmShell(self.load(), spec, device)
 
+    def validate_contract(self, kind: str, fields: dict[str, object], hidden_size: int) -> None:
+        m, f = self.load(), fields
+        if kind == "image_embeds":
+            m.NanoNemotronVLImageEmbeddingInputs(type="image_embeds", data=f["image_embeds"])
+        elif kind == "video_embeds":
+            m.NanoNemotronVLVideoEmbeddingInputs(type="video_embeds", data=f["video_embeds"])
+        elif kind == "pixel_values":
+            m.NanoNemotronVLImagePixelInputs(
+                pixel_values_flat=f["pixel_values_flat"], num_patches=f["image_num_patches"]
+            )
+        elif kind == "pixel_values_videos":
+            m.NanoNemotronVLVideoPixelInputs(
+                type="pixel_values_videos",
+                pixel_values_flat=f["pixel_values_flat_video"],
+                num_patches=f["video_num_patches"],
+                frames_indices=f["frames_indices"],
+                frame_duration_ms=f["frame_duration_ms"],
+            )
+        elif kind == "audio_features":
+            m.NanoNemotronVLAudioFeatureInputs(
+                input_audio_features=f["input_audio_features"],
+                feature_attention_mask=f["feature_attention_mask"],
+                audio_num_clips=f["audio_num_clips"],
+            )
+        else:
+            raise ValueError(f"kind: unknown input kind {kind!r}")
+
     def lora_metadata(self) -> LoRAMetadata:
         module = self.load()
         from vllm.model_executor.models.interfaces import supports_lora
