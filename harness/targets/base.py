@@ -213,5 +213,9 @@ class Target(abc.ABC):
         rejected."""
 
     @abc.abstractmethod
+    def typing_cases(self) -> Path:
+        """The folder of this target's typing cases (``fixtures/typing/<name>``)."""
+
+    @abc.abstractmethod
     def lora_metadata(self) -> LoRAMetadata:
         """The VL class's and its language model class's LoRA attributes."""

@@ -139,6 +139,9 @@ class ReferenceTarget(Target):
         else:
             raise ValueError(f"kind: unknown input kind {kind!r}")
 
+    def typing_cases(self) -> Path:
+        return Path(__file__).resolve().parents[2] / "fixtures" / "typing" / "reference"
+
     def lora_metadata(self) -> LoRAMetadata:
         return LoRAMetadata(
             supports_lora=True,

@@ -438,6 +438,9 @@ class VllmTarget(Target):
         else:
             raise ValueError(f"kind: unknown input kind {kind!r}")
 
+    def typing_cases(self) -> Path:
+        return Path(__file__).resolve().parents[2] / "fixtures" / "typing" / "vllm"
+
     def lora_metadata(self) -> LoRAMetadata:
         module = self.load()
         from vllm.model_executor.models.interfaces import supports_lora

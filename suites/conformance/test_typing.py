@@ -1,0 +1,67 @@
+"""Typed input contracts, statically: typing cases checked by mypy's API (one run per target,
+a shared cache). Files that must type-check (constructing each input kind, narrowing the
+parse result's unions, e.g. the video parser's pixel-or-embedding union) and files that must
+fail with a named mypy error code (wrong field, wrong union member, unchecked access)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+EXPECT = re.compile(r"# expect-error: (?P<code>[a-z-]+)\s*$")
+ERROR = re.compile(r"^(?P<path>[^:]+):(?P<line>\d+): error: .*\[(?P<code>[a-z-]+)\]$")
+
+
+@pytest.fixture(scope="module")
+def mypy_errors(target) -> dict[str, list[tuple[int, str]]]:
+    """``{file name: [(line, code), ...]}`` from one mypy run over the target's cases."""
+    api = pytest.importorskip("mypy.api", reason="mypy is not installed")
+    folder = target.typing_cases()
+    files = sorted(str(p) for p in folder.glob("*.py"))
+    stdout, stderr, _ = api.run(
+        [
+            "--config-file",
+            str(ROOT / "fixtures" / "typing" / "mypy.ini"),
+            "--cache-dir",
+            str(ROOT / ".nox" / "mypy-typing-cache"),
+            "--show-error-codes",
+            "--no-error-summary",
+            "--hide-error-context",
+            "--no-pretty",
+            *files,
+        ]
+    )
+    errors: dict[str, list[tuple[int, str]]] = {Path(f).name: [] for f in files}
+    for line in stdout.splitlines():
+        if (m := ERROR.match(line)) is not None and Path(m["path"]).name in errors:
+            errors[Path(m["path"]).name].append((int(m["line"]), m["code"]))
+        elif ": error:" in line:
+            pytest.fail(f"mypy error outside the cases: {line}\n{stderr}")
+    return errors
+
+
+def expected(path: Path) -> list[tuple[int, str]]:
+    return [
+        (n, m["code"])
+        for n, text in enumerate(path.read_text().splitlines(), start=1)
+        if (m := EXPECT.search(text)) is not None
+    ]
+
+
+@pytest.mark.slow
+def test_passing_cases_type_check(target, mypy_errors):
+    for path in sorted(target.typing_cases().glob("pass_*.py")):
+        assert mypy_errors[path.name] == [], f"{path.name}: {mypy_errors[path.name]}"
+
+
+@pytest.mark.slow
+def test_failing_cases_fail_with_the_named_codes(target, mypy_errors):
+    cases = sorted(target.typing_cases().glob("fail_*.py"))
+    assert cases
+    for path in cases:
+        want = expected(path)
+        assert want, f"{path.name} has no expect-error lines"
+        assert sorted(mypy_errors[path.name]) == sorted(want), path.name
