@@ -18,7 +18,7 @@ from typing import Literal
 
 import torch
 
-from reference_impl.config import VLConfig
+from reference_impl.config import NemotronHConfig, VLConfig
 from reference_impl.tokenizer import VOCAB_SIZE
 
 Modality = Literal["images", "videos", "audios"]
@@ -111,6 +111,24 @@ LORA_ATTRIBUTES = (
     "lora_skip_prefixes",
     "is_non_gated_moe",
 )
+
+
+@dataclass(frozen=True)
+class MambaStateInfo:
+    conv_shape: tuple[int, ...]
+    ssm_shape: tuple[int, ...]
+    dtypes: tuple[torch.dtype, ...]
+
+
+class LiveParameter(torch.nn.Parameter):
+    """A parameter a serving engine holds live in its config: deep-copying it fails."""
+
+    def __deepcopy__(self, memo: dict[int, object]) -> LiveParameter:
+        raise RuntimeError("deepcopy of a live parameter held by the engine config")
+
+
+class DeepcopyRefused(RuntimeError):
+    """The whole engine config was deep-copied."""
 
 
 @dataclass(frozen=True)
@@ -211,6 +229,13 @@ class Target(abc.ABC):
         "image_embeds", "pixel_values_videos", "video_embeds", "audio_features") from
         ``fields`` (keyed by the processor's keyword names) with validation on; raise if it is
         rejected."""
+
+    @abc.abstractmethod
+    def mamba_state(self, text_config: NemotronHConfig, tp_size: int) -> MambaStateInfo:
+        """The target's Mamba state-shape and dtype helpers for a multimodal config whose
+        language model is ``text_config``, called on an engine config that holds a live
+        parameter and refuses to be deep-copied (vLLM PR #38655). Conv shapes are reported as
+        ``(channels, window)``."""
 
     @abc.abstractmethod
     def typing_cases(self) -> Path:

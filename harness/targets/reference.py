@@ -4,14 +4,18 @@ from __future__ import annotations
 
 from importlib import metadata
 from pathlib import Path
+from types import SimpleNamespace
 
 import torch
 from torch import nn
 
 import reference_impl
 from harness.targets.base import (
+    DeepcopyRefused,
     EncoderCalls,
+    LiveParameter,
     LoRAMetadata,
+    MambaStateInfo,
     ModelShell,
     ParsedModality,
     ShellSpec,
@@ -26,6 +30,8 @@ from harness.targets.fakes import (
     FakeVisionTower,
     seeded_mlp1,
 )
+from reference_impl.config import NemotronHConfig
+from reference_impl.dummy import mamba_state_dtype_from_config, mamba_state_shape_from_config
 from reference_impl.inputs import (
     AudioFeatureInputs,
     ImageEmbeddingInputs,
@@ -75,6 +81,27 @@ class ReferenceShell(ModelShell):
         self, placeholder_counts: list[int] | None, **kwargs: object
     ) -> tuple[torch.Tensor, ...]:
         return self.model.embed_multimodal(placeholder_counts=placeholder_counts, **kwargs)
+
+
+class _TrappedEngineConfig:
+    """An engine-config stand-in: the nested VL config, a live parameter where an engine keeps
+    live layers, and a ``__deepcopy__`` that refuses."""
+
+    def __init__(self, text_config: NemotronHConfig, tp_size: int) -> None:
+        self.model_config = SimpleNamespace(
+            hf_config=SimpleNamespace(text_config=text_config), dtype=torch.bfloat16
+        )
+        self.parallel_config = SimpleNamespace(tensor_parallel_size=tp_size)
+        self.cache_config = SimpleNamespace(
+            mamba_cache_dtype="auto", mamba_ssm_cache_dtype="float32"
+        )
+        self.compilation_config = SimpleNamespace(
+            static_forward_context={"layer": LiveParameter(torch.zeros(2))}
+        )
+        self.num_speculative_tokens = 0
+
+    def __deepcopy__(self, memo: dict[int, object]) -> _TrappedEngineConfig:
+        raise DeepcopyRefused("the whole engine config was deep-copied")
 
 
 class RaisingLoRAEmbedding(LoRAEmbedding):
@@ -138,6 +165,11 @@ class ReferenceTarget(Target):
             ).validate()
         else:
             raise ValueError(f"kind: unknown input kind {kind!r}")
+
+    def mamba_state(self, text_config: NemotronHConfig, tp_size: int) -> MambaStateInfo:
+        engine = _TrappedEngineConfig(text_config, tp_size)
+        conv, ssm = mamba_state_shape_from_config(engine)
+        return MambaStateInfo(conv, ssm, mamba_state_dtype_from_config(engine))
 
     def typing_cases(self) -> Path:
         return Path(__file__).resolve().parents[2] / "fixtures" / "typing" / "reference"

@@ -28,8 +28,11 @@ import torch
 from torch import nn
 
 from harness.targets.base import (
+    DeepcopyRefused,
     EncoderCalls,
+    LiveParameter,
     LoRAMetadata,
+    MambaStateInfo,
     ModelShell,
     ParsedModality,
     ShellSpec,
@@ -41,6 +44,7 @@ from harness.targets.base import (
     sha256_of,
 )
 from harness.targets.fakes import FakeRadioModel, FakeSoundEncoder, FakeVisionCore, seeded_mlp1
+from reference_impl.config import NemotronHConfig
 from reference_impl.tokenizer import (
     IMG_CONTEXT,
     IMG_END,
@@ -385,6 +389,7 @@ class VllmTarget(Target):
 
     def __init__(self) -> None:
         self._module: types.ModuleType | None = None
+        self._engine: Any = None
 
     @property
     def name(self) -> str:
@@ -437,6 +442,72 @@ class VllmTarget(Target):
             )
         else:
             raise ValueError(f"kind: unknown input kind {kind!r}")
+
+    def mamba_state(self, text_config: NemotronHConfig, tp_size: int) -> MambaStateInfo:
+        module = self.load()
+        from transformers.models.nemotron_h import NemotronHConfig as HFNemotronHConfig
+        from vllm.config import VllmConfig
+        from vllm.model_executor.layers.mamba.mamba_utils import is_conv_state_dim_first
+
+        engine = self._engine_config()
+        stand_in = build_vl_config(ShellSpec(hidden_size=text_config.hidden_size))
+        stand_in.text_config = HFNemotronHConfig(**text_config.to_transformers_dict())
+        engine.model_config.hf_config = stand_in
+        engine.parallel_config.tensor_parallel_size = tp_size
+        engine.compilation_config.static_forward_context["harness_live_layer"] = LiveParameter(
+            torch.zeros(2)
+        )
+
+        def refuse(self: Any, memo: dict[int, object]) -> Any:
+            raise DeepcopyRefused("the whole VllmConfig was deep-copied")
+
+        cls = module.NemotronH_Nano_VL_V2
+        saved = VllmConfig.__dict__.get("__deepcopy__")
+        VllmConfig.__deepcopy__ = refuse
+        try:
+            conv, ssm = cls.get_mamba_state_shape_from_config(engine)[:2]
+            dtypes = tuple(cls.get_mamba_state_dtype_from_config(engine))
+        finally:
+            if saved is None:
+                del VllmConfig.__deepcopy__
+            else:
+                VllmConfig.__deepcopy__ = saved
+            engine.compilation_config.static_forward_context.pop("harness_live_layer", None)
+        if not is_conv_state_dim_first():
+            conv = tuple(reversed(conv))  # (window, channels) layout: report (channels, window)
+        return MambaStateInfo(tuple(conv), tuple(ssm), dtypes)
+
+    def _engine_config(self) -> Any:
+        """A real ``VllmConfig`` built offline from a local NemotronH ``config.json`` (once per
+        process: about 15 s, mostly imports)."""
+        if self._engine is None:
+            import json
+            import tempfile
+
+            from vllm.config import ModelConfig, VllmConfig
+
+            folder = Path(tempfile.mkdtemp(prefix="nemotron-h-config-"))
+            config = NemotronHConfig(
+                vocab_size=VOCAB_SIZE,
+                hidden_size=32,
+                hybrid_override_pattern="M*",
+                num_attention_heads=4,
+                num_key_value_heads=2,
+                head_dim=8,
+                mamba_num_heads=4,
+                mamba_head_dim=8,
+                n_groups=2,
+                ssm_state_size=8,
+                intermediate_size=64,
+            )
+            data = config.to_transformers_dict() | {
+                "architectures": ["NemotronHForCausalLM"],
+                "torch_dtype": "bfloat16",
+            }
+            (folder / "config.json").write_text(json.dumps(data))
+            model_config = ModelConfig(model=str(folder), skip_tokenizer_init=True)
+            self._engine = VllmConfig(model_config=model_config)
+        return self._engine
 
     def typing_cases(self) -> Path:
         return Path(__file__).resolve().parents[2] / "fixtures" / "typing" / "vllm"
