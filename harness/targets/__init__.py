@@ -4,6 +4,8 @@
 - ``vllm``: the installed vLLM's ``NemotronH_Nano_VL_V2``.
 - ``vllm-file:PATH[,PATH...]``: model files from any vLLM revision or pull request, loaded in place
   of the installed modules.
+- ``reference-mutant:NAME``: the reference with one upstream bug class put back (the harness's
+  own tests use it to prove the suites catch each class).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from harness.targets.base import (
     TargetUnavailable,
 )
 
-TARGET_CHOICES = ("reference", "vllm", "vllm-file:PATH[,PATH...]")
+TARGET_CHOICES = ("reference", "vllm", "vllm-file:PATH[,PATH...]", "reference-mutant:NAME")
 
 
 def resolve_target(value: str) -> Target:
@@ -34,6 +36,10 @@ def resolve_target(value: str) -> Target:
         from harness.targets.vllm import VllmTarget
 
         return VllmTarget()
+    if value.startswith("reference-mutant:"):
+        from harness.targets.reference_mutants import ReferenceMutantTarget
+
+        return ReferenceMutantTarget(value.removeprefix("reference-mutant:"))
     if value.startswith("vllm-file:"):
         from harness.targets.vllm import VllmFileTarget
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import abc
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -236,6 +236,15 @@ class Target(abc.ABC):
         language model is ``text_config``, called on an engine config that holds a live
         parameter and refuses to be deep-copied (vLLM PR #38655). Conv shapes are reported as
         ``(channels, window)``."""
+
+    @abc.abstractmethod
+    def metadata_calls(self, spec: ShellSpec, tokenizer: object) -> list[Callable[[], object]]:
+        """The processor-info metadata questions (supports video / audio, dynamic tiler), each
+        a call answering from the config; the processor factory refuses to run inside them."""
+
+    @abc.abstractmethod
+    def expansion_calls(self, spec: ShellSpec, tokenizer: object) -> list[Callable[[], object]]:
+        """Prompt-expansion paths that use ``tokenizer`` (the video replacement in its forms)."""
 
     @abc.abstractmethod
     def typing_cases(self) -> Path:

@@ -80,6 +80,35 @@ MUTATIONS: dict[str, Mutation] = {
             replacement=r'\g<indent>embedding_modules = {"embed_tokens": "input_embeddings"}',
         ),
         Mutation(
+            name="deepcopy-live-config",
+            upstream="#38655",
+            description="the state-shape helper deep-copies the whole VllmConfig",
+            pattern=(
+                r"^(?P<indent>[ \t]+)temp_vllm_config = "
+                r"vllm_config\.with_hf_config\(text_config\)\n"
+                r"(?P<ret>(?P=indent)return "
+                r"NemotronHForCausalLM\.get_mamba_state_shape_from_config)"
+            ),
+            replacement=(
+                r"\g<indent>temp_vllm_config = __import__('copy').deepcopy(vllm_config)\n"
+                r"\g<indent>temp_vllm_config.model_config.hf_config = text_config\n\g<ret>"
+            ),
+        ),
+        Mutation(
+            name="processor-in-metadata",
+            upstream="#38655",
+            description="supports_video builds the HF processor (shared tokenizer under load)",
+            pattern=(
+                r"^(?P<indent>[ \t]+)def supports_video\(self\):\n"
+                r"(?P=indent)[ \t]+return True"
+            ),
+            replacement=(
+                "\\g<indent>def supports_video(self):\n"
+                "\\g<indent>    self.get_hf_processor()\n"
+                "\\g<indent>    return True"
+            ),
+        ),
+        Mutation(
             name="video-embeds-not-routed",
             upstream="#56398",
             description='"video_embeds" removed from the video routing keys: silently 0 outputs',

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import threading
+from collections.abc import Callable, Iterator
 from importlib import metadata
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import torch
 from torch import nn
@@ -30,7 +34,8 @@ from harness.targets.fakes import (
     FakeVisionTower,
     seeded_mlp1,
 )
-from reference_impl.config import NemotronHConfig
+from reference_impl import processor
+from reference_impl.config import NemotronHConfig, VLConfig
 from reference_impl.dummy import mamba_state_dtype_from_config, mamba_state_shape_from_config
 from reference_impl.inputs import (
     AudioFeatureInputs,
@@ -104,6 +109,35 @@ class _TrappedEngineConfig:
         raise DeepcopyRefused("the whole engine config was deep-copied")
 
 
+_FACTORY_LOCK = threading.Lock()
+_FACTORY_USERS = [0]
+
+
+@contextlib.contextmanager
+def _processor_refuses() -> Iterator[None]:
+    """While any metadata call runs, building the processor raises (thread-safe refcount)."""
+    original = processor.NanoNemotronVLProcessor.__init__
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a metadata path built the processor")
+
+    with _FACTORY_LOCK:
+        _FACTORY_USERS[0] += 1
+        if _FACTORY_USERS[0] == 1:
+            _ORIGINAL_INIT[0] = original
+            processor.NanoNemotronVLProcessor.__init__ = refuse  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        with _FACTORY_LOCK:
+            _FACTORY_USERS[0] -= 1
+            if _FACTORY_USERS[0] == 0:
+                processor.NanoNemotronVLProcessor.__init__ = _ORIGINAL_INIT[0]  # type: ignore[method-assign]
+
+
+_ORIGINAL_INIT: list[Any] = [None]
+
+
 class RaisingLoRAEmbedding(LoRAEmbedding):
     """The reference's LoRA embedding wrapper, refusing to run: encoder-internal tokens must be
     embedded with ``base_layer``."""
@@ -170,6 +204,30 @@ class ReferenceTarget(Target):
         engine = _TrappedEngineConfig(text_config, tp_size)
         conv, ssm = mamba_state_shape_from_config(engine)
         return MambaStateInfo(conv, ssm, mamba_state_dtype_from_config(engine))
+
+    def metadata_calls(self, spec: ShellSpec, tokenizer: object) -> list[Callable[[], object]]:
+        config = spec.vl_config()
+
+        def refusing(call: Callable[[VLConfig], bool]) -> Callable[[], object]:
+            def answer() -> object:
+                with _processor_refuses():
+                    return call(config)
+
+            return answer
+
+        return [
+            refusing(processor.supports_video),
+            refusing(processor.supports_audio),
+            refusing(processor.is_dynamic_tiler),
+        ]
+
+    def expansion_calls(self, spec: ShellSpec, tokenizer: object) -> list[Callable[[], object]]:
+        tok: Any = tokenizer
+        return [
+            lambda: tuple(processor.video_replacement_ids(tok, [4, 4, 4], [0, 1, 2], 500, 1)),
+            lambda: tuple(processor.video_replacement_ids(tok, [4, 4], [0, 2, 4], 250, 2)),
+            lambda: tuple(processor.video_replacement_ids(tok, [4, 4], [0, 1], None, 1)),
+        ]
 
     def typing_cases(self) -> Path:
         return Path(__file__).resolve().parents[2] / "fixtures" / "typing" / "reference"

@@ -20,8 +20,9 @@ import importlib.util
 import os
 import sys
 import types
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import torch
@@ -508,6 +509,71 @@ class VllmTarget(Target):
             model_config = ModelConfig(model=str(folder), skip_tokenizer_init=True)
             self._engine = VllmConfig(model_config=model_config)
         return self._engine
+
+    def metadata_calls(self, spec: ShellSpec, tokenizer: object) -> list[Callable[[], object]]:
+        module = self.load()
+        config = build_vl_config(spec)
+
+        class RefusingContext:
+            """The processing context, with a processor factory that refuses to run."""
+
+            model_config = SimpleNamespace(max_model_len=4096, hf_config=config)
+
+            def get_hf_config(self, *args: object, **kwargs: object) -> Any:
+                return config
+
+            def get_tokenizer(self) -> Any:
+                return tokenizer
+
+            def init_processor(self, *args: object, **kwargs: object) -> Any:
+                raise AssertionError("a metadata path built the processor")
+
+            def get_mm_config(self) -> Any:
+                return SimpleNamespace(video_pruning_rate=None)
+
+        def info() -> Any:
+            made = object.__new__(module.NanoNemotronVLProcessingInfo)
+            made.ctx = RefusingContext()
+            return made
+
+        return [
+            lambda: info().supports_video,
+            lambda: info().supports_audio,
+            lambda: info().is_dynamic_tiler,
+        ]
+
+    def expansion_calls(self, spec: ShellSpec, tokenizer: object) -> list[Callable[[], object]]:
+        processor_cls = self.load().NanoNemotronVLProcessor
+
+        def encode(text: str) -> list[int]:
+            ids: list[int] = tokenizer.encode(text, add_special_tokens=False)  # type: ignore[attr-defined]
+            return ids
+
+        special = {
+            "img_start_token_ids": encode(IMG_START),
+            "img_end_token_ids": encode(IMG_END),
+            "img_context_token_ids": encode(IMG_CONTEXT),
+        }
+
+        def video(
+            tokens: list[int], indices: list[int], duration: int | None, t: int
+        ) -> Callable[[], object]:
+            return lambda: tuple(
+                processor_cls.get_video_repl(
+                    tokens_per_frame=tokens,
+                    frames_indices=indices,
+                    frame_duration_ms=duration,
+                    tokenizer=tokenizer,
+                    video_temporal_patch_size=t,
+                    **special,
+                ).full
+            )
+
+        return [
+            video([4, 4, 4], [0, 1, 2], 500, 1),
+            video([4, 4], [0, 2, 4], 250, 2),
+            video([4, 4], [0, 1], None, 1),
+        ]
 
     def typing_cases(self) -> Path:
         return Path(__file__).resolve().parents[2] / "fixtures" / "typing" / "vllm"

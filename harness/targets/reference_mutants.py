@@ -1,0 +1,99 @@
+"""Regression mutants of the reference implementation: ``--target reference-mutant:NAME``.
+
+Each puts one upstream bug class back into ``reference_impl`` (patched in the test process when
+the target loads) so the harness's own tests can prove that a suite catches it:
+
+- ``deepcopy-live-config``: the state helpers deep-copy the whole engine config (#38655);
+- ``processor-in-metadata``: ``supports_video`` builds a processor, reconfiguring the shared
+  tokenizer (#38655);
+- ``lora-wrapper-on-video-markers``: video marker tokens go through the LoRA wrapper (#56231);
+- ``lora-metadata-drift``: the VL class's ``embedding_modules`` differ from the LM's (#56231);
+- ``contract-accepts-wrong-shape``: the static-tile pixel contract validates nothing.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from typing import Any
+
+from harness.targets.base import TargetLoadError
+from harness.targets.reference import ReferenceTarget
+
+
+def _deepcopy_live_config() -> None:
+    from reference_impl import dummy
+
+    def copying(engine_config: Any) -> Any:
+        return copy.deepcopy(engine_config).model_config.hf_config.text_config
+
+    dummy.text_config_of = copying
+
+
+def _processor_in_metadata() -> None:
+    from reference_impl import processor
+    from reference_impl.tokenizer import shared_tokenizer
+
+    original = processor.supports_video
+
+    def building(config: Any) -> bool:
+        tokenizer = shared_tokenizer()
+        processor.NanoNemotronVLProcessor(config, tokenizer)
+        tokenizer.backend_tokenizer.enable_truncation(16)
+        try:
+            return original(config)
+        finally:
+            tokenizer.backend_tokenizer.no_truncation()
+
+    processor.supports_video = building
+
+
+def _lora_wrapper_on_video_markers() -> None:
+    from reference_impl import model
+
+    setattr(model, "base_embedding", lambda embed: embed)  # noqa: B010
+
+
+def _lora_metadata_drift() -> None:
+    from reference_impl.model import NanoNemotronVLForConditionalGeneration
+
+    NanoNemotronVLForConditionalGeneration.embedding_modules = {"embed_tokens": "input_embeddings"}
+
+
+def _contract_accepts_wrong_shape() -> None:
+    from reference_impl.inputs import ImagePixelInputs
+
+    ImagePixelInputs.validate = lambda self, tile_size=None: None  # type: ignore[method-assign]
+
+
+REFERENCE_MUTANTS: dict[str, Callable[[], None]] = {
+    "deepcopy-live-config": _deepcopy_live_config,
+    "processor-in-metadata": _processor_in_metadata,
+    "lora-wrapper-on-video-markers": _lora_wrapper_on_video_markers,
+    "lora-metadata-drift": _lora_metadata_drift,
+    "contract-accepts-wrong-shape": _contract_accepts_wrong_shape,
+}
+
+
+class ReferenceMutantTarget(ReferenceTarget):
+    """The reference with one upstream bug put back (patched when the target loads)."""
+
+    deviations_name = "reference"
+
+    def __init__(self, mutant: str) -> None:
+        if mutant not in REFERENCE_MUTANTS:
+            raise TargetLoadError(
+                f"reference-mutant: expected one of {sorted(REFERENCE_MUTANTS)}, got {mutant!r}"
+            )
+        self.mutant = mutant
+        self._applied = False
+
+    @property
+    def name(self) -> str:
+        return f"reference-mutant:{self.mutant}"
+
+    def load(self) -> object:
+        if not self._applied:
+            REFERENCE_MUTANTS[self.mutant]()
+            self._applied = True
+        return None

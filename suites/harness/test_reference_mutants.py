@@ -1,0 +1,84 @@
+"""The suites bite on the reference too: each regression mutant of the reference implementation
+(``--target reference-mutant:NAME``) fails exactly the checks of its bug class, for the right
+reason; and the #38655 mutants of vLLM's file fail the state-shape and metadata checks."""
+
+from __future__ import annotations
+
+import pytest
+
+from harness.targets.mutants import write_mutant
+from suites.harness.helpers import needs_vllm, run_suites
+
+C = "suites/conformance/"
+
+EXPECTED = {
+    "deepcopy-live-config": (
+        {
+            f"{C}test_configs.py::test_state_shapes_match_the_reference_without_deep_copies"
+            f"[{tp}-{name}]"
+            for tp in (1, 2)
+            for name in ("nemotron_nano_12b_v2_vl", "nemotron_3_nano_omni")
+        },
+        "deep-copied",
+    ),
+    "processor-in-metadata": (
+        {
+            f"{C}test_concurrency.py::test_metadata_is_answered_without_a_processor",
+            f"{C}test_concurrency.py::test_dynamic_and_audio_free_configs",
+            f"{C}test_concurrency.py::test_shared_tokenizer_under_32_threads",
+        },
+        "built the processor",
+    ),
+    "lora-wrapper-on-video-markers": (
+        {f"{C}test_lora.py::test_video_marker_tokens_use_the_base_embedding[{t}]" for t in (1, 2)},
+        "no mapping entry",
+    ),
+    "lora-metadata-drift": (
+        {f"{C}test_lora.py::test_lora_metadata_equals_the_language_models[embedding_modules]"},
+        "embedding_modules",
+    ),
+    "contract-accepts-wrong-shape": (
+        {
+            f"{C}test_contracts.py::test_invalid_inputs_are_rejected_naming_the_field[{case}]"
+            for case in ("pixels-channels", "pixels-rank", "pixels-dtype")
+        },
+        "the call succeeded",
+    ),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mutant", sorted(EXPECTED))
+def test_reference_mutant_fails_its_checks(tmp_path, mutant):
+    failing, reason = EXPECTED[mutant]
+    run = run_suites(tmp_path, f"--target=reference-mutant:{mutant}")
+    assert run.returncode == 1, run.output[-3000:]
+    assert run.outcomes("fail") == failing
+    for check in failing:
+        assert reason in run.outcome(check)["reason"], run.outcome(check)
+
+
+def test_unknown_reference_mutant_exits_2(tmp_path):
+    run = run_suites(tmp_path, "--target=reference-mutant:nope", "--co")
+    assert run.returncode == 2
+    assert "reference-mutant: expected one of" in run.output
+
+
+@needs_vllm
+@pytest.mark.vllm
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("mutant", "suite", "reason"),
+    [
+        ("deepcopy-live-config", "test_configs.py", "deep-copied"),
+        ("processor-in-metadata", "test_concurrency.py", "built the processor"),
+    ],
+)
+def test_vllm_38655_mutants_fail(tmp_path, mutant, suite, reason):
+    path = write_mutant(mutant, tmp_path / "src")
+    run = run_suites(tmp_path, f"--target=vllm-file:{path}", suite=C + suite)
+    assert run.returncode == 1, run.output[-3000:]
+    failed = run.outcomes("fail")
+    assert failed
+    for check in failed:
+        assert reason in run.outcome(check)["reason"], run.outcome(check)
