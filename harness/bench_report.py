@@ -72,6 +72,16 @@ TARGETS = (
         at_least=True,
     ),
     Target(
+        "shrunk 12B v2 VL preset: build + one forward, seconds",
+        lambda m: m["test_shrunk_preset_build_and_forward[nemotron_nano_12b_v2_vl]"],
+        2.0,
+    ),
+    Target(
+        "shrunk Omni V3 preset: build + one forward, seconds",
+        lambda m: m["test_shrunk_preset_build_and_forward[nemotron_3_nano_omni]"],
+        2.0,
+    ),
+    Target(
         "end to end, tiny Omni (2 images, video, audio -> 8 tokens), seconds",
         lambda m: m["test_end_to_end_tiny_omni"],
         10.0,

@@ -167,6 +167,26 @@ class LoRAModel:
     context: LoRAContext
     wrappers: dict[str, LoRALinear | LoRAEmbedding]
     adapters: dict[str, int] = field(default_factory=dict)  # name -> slot
+    loaded: dict[str, LoRAAdapter] = field(default_factory=dict)
+
+    def prepare(self, requests: Sequence[tuple[str | None, int, bool]]) -> None:
+        """Set the batch's token mapping from ``(adapter name or None, prompt tokens, has a
+        video)`` per request, in batch order. Beyond upstream: an adapter that trains
+        ``embed_tokens`` serving a video request warns (once per batch and adapter) that the
+        video's marker tokens get no embedding delta."""
+        slots: list[int] = []
+        warned: set[str] = set()
+        for name, count, has_video in requests:
+            if name is not None and name not in self.adapters:
+                raise LoRAError(
+                    f"request adapter: {name!r} is not loaded (loaded: {sorted(self.adapters)})"
+                )
+            slots += [self.adapters[name] if name is not None else -1] * count
+            adapter = self.loaded.get(name) if name is not None else None
+            if adapter is not None and has_video and name not in warned:
+                warn_video_tokens_without_delta(adapter)
+                warned.add(adapter.name)
+        self.context.set(slots)
 
     def load(self, adapter: LoRAAdapter) -> int:
         """Put ``adapter`` in the next free slot; every module name must be a wrapped layer
@@ -211,6 +231,7 @@ class LoRAModel:
             b_full = _block_diagonal(b_rows)  # [o, 3r]
             self._put(adapter, slot, name, a_full, b_full, rank=a_full.shape[0])
         self.adapters[adapter.name] = slot
+        self.loaded[adapter.name] = adapter
         return slot
 
     def _wrapper(self, adapter: LoRAAdapter, name: str) -> LoRALinear | LoRAEmbedding:

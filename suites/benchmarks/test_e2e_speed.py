@@ -44,3 +44,28 @@ def test_end_to_end_tiny_omni(benchmark):
     benchmark.extra_info.update(kind="e2e")
     tokens = benchmark.pedantic(run_once, rounds=3, warmup_rounds=1)
     assert len(tokens) == 8
+
+
+def build_and_forward(name: str) -> int:
+    """A shrunk preset (the minimal-layer builder): construct it and run one forward pass."""
+    torch.manual_seed(0)
+    config = presets.tiny(getattr(presets, name)(), VOCAB_SIZE)
+    model = NanoNemotronVLForConditionalGeneration(config, shared_tokenizer()).eval()
+    proc = NanoNemotronVLProcessor(config, shared_tokenizer())
+    prompt = proc("Describe <image>.", images=[torch.zeros(32, 48, 3, dtype=torch.uint8)])
+    with torch.no_grad():
+        logits = model(
+            torch.tensor(prompt.input_ids),
+            torch.tensor(prompt.is_multimodal),
+            prompt.placeholders,
+            **prompt.mm_kwargs,
+        )
+    return int(logits.shape[0])
+
+
+@pytest.mark.parametrize("name", ["nemotron_nano_12b_v2_vl", "nemotron_3_nano_omni"])
+def test_shrunk_preset_build_and_forward(benchmark, name):
+    torch.set_num_threads(2)
+    benchmark.group = "shrunk presets"
+    benchmark.extra_info.update(kind="minimal-config", preset=name)
+    assert benchmark.pedantic(build_and_forward, args=(name,), rounds=3, warmup_rounds=1) > 0

@@ -18,6 +18,8 @@ NAMES = {
     "test_scan_2048[sequential]": 0.120,
     "test_scan_2048[chunked]": 0.020,
     "test_end_to_end_tiny_omni": 2.5,
+    "test_shrunk_preset_build_and_forward[nemotron_nano_12b_v2_vl]": 0.5,
+    "test_shrunk_preset_build_and_forward[nemotron_3_nano_omni]": 0.8,
 }
 
 

@@ -246,3 +246,25 @@ def test_state_helpers_never_copy_the_live_config():
     assert conv == ((128 * 80 + 2 * 8 * 128) // 2, 3 + 1)
     assert ssm == (64, 80, 128)
     assert mamba_state_dtype_from_config(engine) == (torch.bfloat16, torch.float32)
+
+
+def test_nested_tower_overrides_apply_to_the_tower_configs():
+    omni = presets.nemotron_3_nano_omni()
+    small = minimal_vl_config(
+        omni,
+        overrides={
+            "vision_config": {"num_layers": 2, "hidden_size": 64, "num_heads": 4, "mlp_size": 128},
+            "sound_config": {"hidden_size": 48, "num_attention_heads": 4},
+        },
+    )
+    assert (small.vision_config.num_layers, small.vision_config.hidden_size) == (2, 64)
+    assert small.vit_hidden_size == 64  # the wrapper follows its tower
+    assert small.sound_config.hidden_size == 48
+    assert small.sound_config.num_hidden_layers == 1  # shrunk by default
+    assert small.sound_config.llm_hidden_size == small.hidden_size
+    with pytest.raises(ConfigError, match="vision_config overrides"):
+        minimal_vl_config(omni, overrides={"vision_config": {"depth": 2}})
+    with pytest.raises(ConfigError, match="sound_config overrides"):
+        minimal_vl_config(
+            presets.nemotron_nano_12b_v2_vl(), overrides={"sound_config": {"hidden_size": 8}}
+        )

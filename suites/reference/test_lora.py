@@ -213,3 +213,23 @@ def test_embedding_adapter_with_video_warns():
         warnings.simplefilter("error")
         warn_video_tokens_without_delta(plain)
     assert dataclasses.is_dataclass(plain)
+
+
+def test_serving_a_video_request_warns_once_per_adapter(lm):
+    import warnings
+
+    lora = apply_lora(lm, max_loras=2, max_rank=2, max_num_batched_tokens=64)
+    lora.load(random_adapter(lm, "emb", 2, 0))
+    lora.load(random_adapter(lm, "plain", 2, 1, embeddings=False))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        lora.prepare([("emb", 10, True), ("emb", 5, True), ("plain", 5, True), (None, 3, True)])
+    messages = [str(w.message) for w in caught]
+    assert len(messages) == 1
+    assert "'emb' trains embed_tokens" in messages[0]
+    assert lora.context.mapping[:23].tolist() == [0] * 15 + [1] * 5 + [-1] * 3
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        lora.prepare([("emb", 4, False)])  # no video: no warning
+    with pytest.raises(LoRAError, match="'missing' is not loaded"):
+        lora.prepare([("missing", 1, False)])
