@@ -132,6 +132,21 @@ class DeepcopyRefused(RuntimeError):
 
 
 @dataclass(frozen=True)
+class ProcessorCounts:
+    """A target's processor arithmetic as plain functions.
+
+    - ``static_tiles(width, height, tile, max_tiles, use_thumbnail) -> tiles``
+    - ``dynamic_grids(sizes, tokens_available, patch, min_patches, max_patches)
+      -> [(cols, rows)]``
+    - ``audio_tokens(num_samples) -> placeholders`` (16 kHz, 128 mel bins, subsampling 8)
+    """
+
+    static_tiles: Callable[[int, int, int, int, bool], int]
+    dynamic_grids: Callable[[list[tuple[int, int]], int, int, int, int], list[tuple[int, int]]]
+    audio_tokens: Callable[[int], int]
+
+
+@dataclass(frozen=True)
 class LoRAMetadata:
     """LoRA attributes of the multimodal class and of its language model class."""
 
@@ -245,6 +260,10 @@ class Target(abc.ABC):
     @abc.abstractmethod
     def expansion_calls(self, spec: ShellSpec, tokenizer: object) -> list[Callable[[], object]]:
         """Prompt-expansion paths that use ``tokenizer`` (the video replacement in its forms)."""
+
+    @abc.abstractmethod
+    def processor_counts(self) -> ProcessorCounts:
+        """The target's processor arithmetic (tile counts, dynamic grids, audio tokens)."""
 
     @abc.abstractmethod
     def typing_cases(self) -> Path:

@@ -22,6 +22,7 @@ from harness.targets.base import (
     MambaStateInfo,
     ModelShell,
     ParsedModality,
+    ProcessorCounts,
     ShellSpec,
     Target,
     TargetIdentity,
@@ -228,6 +229,18 @@ class ReferenceTarget(Target):
             lambda: tuple(processor.video_replacement_ids(tok, [4, 4], [0, 2, 4], 250, 2)),
             lambda: tuple(processor.video_replacement_ids(tok, [4, 4], [0, 1], None, 1)),
         ]
+
+    def processor_counts(self) -> ProcessorCounts:
+        from reference_impl.audio import AudioConfig, audio_token_count
+
+        audio = AudioConfig(llm_hidden_size=8, num_mel_bins=128)
+        return ProcessorCounts(
+            static_tiles=processor.num_static_tiles,
+            dynamic_grids=lambda sizes, budget, patch, lo, hi: processor.dynamic_grids(
+                sizes, budget, patch, lo, hi
+            ),
+            audio_tokens=lambda n: audio_token_count(n, audio),
+        )
 
     def typing_cases(self) -> Path:
         return Path(__file__).resolve().parents[2] / "fixtures" / "typing" / "reference"

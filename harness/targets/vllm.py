@@ -36,6 +36,7 @@ from harness.targets.base import (
     MambaStateInfo,
     ModelShell,
     ParsedModality,
+    ProcessorCounts,
     ShellSpec,
     Target,
     TargetIdentity,
@@ -574,6 +575,54 @@ class VllmTarget(Target):
             video([4, 4], [0, 2, 4], 250, 2),
             video([4, 4], [0, 1], None, 1),
         ]
+
+    def processor_counts(self) -> ProcessorCounts:
+        self.load()
+        from PIL import Image
+        from transformers import PretrainedConfig
+        from vllm.model_executor.models.parakeet import ParakeetExtractor
+        from vllm.transformers_utils.processors import internvl
+        from vllm.transformers_utils.processors import nano_nemotron_vl as processors
+
+        def static_tiles(width: int, height: int, tile: int, max_tiles: int, thumb: bool) -> int:
+            blocks, _, _ = internvl.calculate_internvl_targets(
+                orig_width=width,
+                orig_height=height,
+                target_ratios=internvl.get_internvl_target_ratios(1, max_tiles),
+                image_size=tile,
+                use_thumbnail=thumb,
+            )
+            return int(blocks)
+
+        def dynamic_grids(
+            sizes: list[tuple[int, int]], budget: int, patch: int, lo: int, hi: int
+        ) -> list[tuple[int, int]]:
+            tiler = processors.DynamicResolutionImageTiler(
+                max_model_len=1 << 20,
+                patch_size=patch,
+                min_num_patches=lo,
+                max_num_patches=hi,
+                downsample_ratio=0.5,
+                norm_mean=[0.5] * 3,
+                norm_std=[0.5] * 3,
+            )
+            params = tiler.compute_params([Image.new("L", size) for size in sizes], budget)
+            return [tuple(p.patch_size) for p in params]
+
+        extractor = ParakeetExtractor(
+            PretrainedConfig(
+                num_mel_bins=128,
+                sampling_rate=16000,
+                subsampling_factor=8,
+                subsampling_conv_kernel_size=3,
+                subsampling_conv_stride=2,
+            )
+        )
+        return ProcessorCounts(
+            static_tiles=static_tiles,
+            dynamic_grids=dynamic_grids,
+            audio_tokens=extractor.audio_token_count,
+        )
 
     def typing_cases(self) -> Path:
         return Path(__file__).resolve().parents[2] / "fixtures" / "typing" / "vllm"
