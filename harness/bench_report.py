@@ -28,7 +28,7 @@ class Target:
         return value >= self.limit if self.at_least else value <= self.limit
 
 
-def medians(data: dict[str, Any]) -> dict[str, float]:
+def best_times(data: dict[str, Any]) -> dict[str, float]:
     """Best-of-rounds seconds by test name (``test_prefill[M*M--reference-1024]``): the
     minimum is the least disturbed by other load on a 2-core machine (as ``timeit`` advises);
     the medians are listed in the report too."""
@@ -90,7 +90,7 @@ TARGETS = (
 
 
 def render(data: dict[str, Any]) -> tuple[str, bool]:
-    m = medians(data)
+    m = best_times(data)
     machine = data.get("machine_info", {})
     lines = [
         "# Reference model: speed",

@@ -107,7 +107,7 @@ def _require_integer(field: str, x: torch.Tensor) -> None:
         raise InputValidationError(field, "an integer dtype", x.dtype)
 
 
-def _int_list(field: str, value: object) -> list[int]:
+def int_list(field: str, value: object) -> list[int]:
     """Accept a list/tuple of ints or a 1-D integer tensor; return a list of ints."""
     if isinstance(value, torch.Tensor):
         _require_integer(field, value)

@@ -216,7 +216,7 @@ class LoRAModel:
             assert isinstance(wrapper, LoRALinear)
             pieces = PACKED_MODULES_MAPPING[name.rpartition(".")[2]]
             base = wrapper.base_layer
-            sizes = _qkv_sizes(self.model, base)
+            sizes = _qkv_sizes(self.model)
             a_stack, b_rows = [], []
             for piece, size in zip(pieces, sizes, strict=True):
                 if piece in parts:
@@ -281,7 +281,7 @@ def _block_diagonal(blocks: Sequence[torch.Tensor]) -> torch.Tensor:
     return out
 
 
-def _qkv_sizes(model: NemotronHForCausalLM, base: nn.Linear) -> list[int]:
+def _qkv_sizes(model: NemotronHForCausalLM) -> list[int]:
     c = model.config
     q = c.num_attention_heads * c.attention_head_dim
     kv = c.num_key_value_heads * c.attention_head_dim

@@ -35,8 +35,8 @@ from reference_impl.inputs import (
     VideoEmbeddingInputs,
     VideoInputs,
     VideoPixelInputs,
-    _int_list,
     describe,
+    int_list,
 )
 from reference_impl.lora import base_embedding
 from reference_impl.nemotron_h import NemotronHForCausalLM
@@ -173,7 +173,7 @@ class NanoNemotronVLModel(nn.Module):
         if self.config.dynamic_resolution:
             images = _image_list("pixel_values_flat", pixels)
             sizes = _sizes_list("imgs_sizes", _required(kw, "imgs_sizes", "pixel_values_flat"))
-            tokens = _int_list(
+            tokens = int_list(
                 "num_tokens_per_image",
                 _required(kw, "num_tokens_per_image", "pixel_values_flat"),
             )
@@ -184,7 +184,7 @@ class NanoNemotronVLModel(nn.Module):
             return dyn
         static = ImagePixelInputs(
             pixel_values_flat=pixels,  # type: ignore[arg-type]  # validated just below
-            num_patches=_int_list(
+            num_patches=int_list(
                 "image_num_patches", _required(kw, "image_num_patches", "pixel_values_flat")
             ),
         )
@@ -204,7 +204,7 @@ class NanoNemotronVLModel(nn.Module):
             pixels = pixels.flatten(0, 1)  # [n, f, 3, H, W] -> [n*f, 3, H, W]
         video = VideoPixelInputs(
             pixel_values_flat=pixels,  # type: ignore[arg-type]  # validated just below
-            num_frames=_int_list(
+            num_frames=int_list(
                 "video_num_patches", _required(kw, "video_num_patches", "pixel_values_flat_video")
             ),
             frames_indices=_flat_int_list(
@@ -227,7 +227,7 @@ class NanoNemotronVLModel(nn.Module):
         audio = AudioFeatureInputs(
             input_audio_features=features,  # type: ignore[arg-type]  # validated just below
             feature_attention_mask=mask,  # type: ignore[arg-type]
-            audio_num_clips=_int_list(
+            audio_num_clips=int_list(
                 "audio_num_clips", _required(kw, "audio_num_clips", "audio inputs")
             ),
         )
@@ -250,32 +250,33 @@ class NanoNemotronVLModel(nn.Module):
                 int per output, in output order), mismatching row counts raise here instead of
                 in the merge.
         """
-        parsed = self.parse_multimodal_inputs(**kwargs)
         outputs: list[torch.Tensor] = []
         sources: list[str] = []
-        for modality, inputs in parsed.items():
-            if isinstance(inputs, (ImageEmbeddingInputs, VideoEmbeddingInputs)):
-                items = list(inputs.data)  # verbatim: no encoder
-            elif isinstance(inputs, ImagePixelInputs):
-                items = self._embed_image_tiles(inputs)
-            elif isinstance(inputs, ImagePixelDynamicInputs):
-                items = self._embed_images_dynamic(inputs)
-            elif isinstance(inputs, VideoPixelInputs):
-                items = self._embed_videos(inputs)
-            elif isinstance(inputs, AudioFeatureInputs):
-                items = self._embed_audios(inputs)
-            else:  # pragma: no cover - the parse result is exhaustive
-                raise TypeError(f"unknown {modality} inputs {type(inputs).__name__}")
-            key = (
-                inputs.kind
-                if isinstance(inputs, (ImageEmbeddingInputs, VideoEmbeddingInputs))
-                else modality
-            )
+        for key, items in self.embed_by_modality(**kwargs).values():
             outputs += items
             sources += [f"{key}[{i}]" for i in range(len(items))]
         if placeholder_counts is not None:
             check_placeholder_counts(outputs, sources, placeholder_counts)
         return tuple(outputs)
+
+    def embed_by_modality(self, **kwargs: object) -> dict[str, tuple[str, list[torch.Tensor]]]:
+        """``{modality: (name for errors, one [f_i, h] tensor per item)}`` in first-key order;
+        the name is the embedding key for precomputed embeddings, else the modality."""
+        out: dict[str, tuple[str, list[torch.Tensor]]] = {}
+        for modality, inputs in self.parse_multimodal_inputs(**kwargs).items():
+            if isinstance(inputs, (ImageEmbeddingInputs, VideoEmbeddingInputs)):
+                out[modality] = (inputs.kind, list(inputs.data))  # verbatim: no encoder
+            elif isinstance(inputs, ImagePixelInputs):
+                out[modality] = (modality, self._embed_image_tiles(inputs))
+            elif isinstance(inputs, ImagePixelDynamicInputs):
+                out[modality] = (modality, self._embed_images_dynamic(inputs))
+            elif isinstance(inputs, VideoPixelInputs):
+                out[modality] = (modality, self._embed_videos(inputs))
+            elif isinstance(inputs, AudioFeatureInputs):
+                out[modality] = (modality, self._embed_audios(inputs))
+            else:  # pragma: no cover - the parse result is exhaustive
+                raise TypeError(f"unknown {modality} inputs {type(inputs).__name__}")
+        return out
 
     def _embed_frames(self, pixel_values: torch.Tensor) -> torch.Tensor:
         """``[n, 3, H, W]`` tiles or frames to ``[n, k, h]``."""
@@ -450,12 +451,12 @@ def _sizes_list(field: str, value: object) -> list[tuple[int, int]]:
 def _flat_int_list(field: str, value: object) -> list[int]:
     """An int tensor of any rank, or a list of int tensors / ints, flattened."""
     if isinstance(value, torch.Tensor):
-        return _int_list(field, value.flatten())
+        return int_list(field, value.flatten())
     if isinstance(value, (list, tuple)):
         out: list[int] = []
         for i, v in enumerate(value):
             if isinstance(v, torch.Tensor):
-                out += _int_list(f"{field}[{i}]", v.flatten())
+                out += int_list(f"{field}[{i}]", v.flatten())
             elif isinstance(v, int) and not isinstance(v, bool):
                 out.append(v)
             else:
@@ -516,17 +517,10 @@ class NanoNemotronVLForConditionalGeneration(nn.Module):
         embeds = self.language_model.embed_input_ids(input_ids)
         if not placeholders:
             return embeds
-        outputs = self.multimodal.embed_multimodal(**mm_kwargs)
-        parsed = self.multimodal.parse_multimodal_inputs(**mm_kwargs)
-        by_modality: dict[str, list[torch.Tensor]] = {}
-        start = 0
-        for modality in parsed:
-            count = parsed[modality].num_items  # type: ignore[literal-required]
-            by_modality[modality] = list(outputs[start : start + count])
-            start += count
+        by_modality = self.multimodal.embed_by_modality(**mm_kwargs)
         ordered = []
         for span in sorted(placeholders, key=lambda p: p.start):
-            item = by_modality[span.modality][span.index]
+            item = by_modality[span.modality][1][span.index]
             if item.shape[0] != span.length:
                 raise InputValidationError(
                     f"{span.modality}[{span.index}]",

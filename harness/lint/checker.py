@@ -649,14 +649,14 @@ class ModuleChecker:
                     for name in _bound_names(item.optional_vars):
                         self.env[name] = Kind.UNKNOWN
             self.body(node.body)
-        elif isinstance(node, ast.Try) or type(node).__name__ == "TryStar":
-            self.body(node.body)  # type: ignore[attr-defined]
-            for handler in node.handlers:  # type: ignore[attr-defined]
+        elif isinstance(node, (ast.Try, ast.TryStar)):
+            self.body(node.body)
+            for handler in node.handlers:
                 if handler.name:
                     self.env[handler.name] = Kind.NOT_TENSOR
                 self.body(handler.body)
-            self.body(node.orelse)  # type: ignore[attr-defined]
-            self.body(node.finalbody)  # type: ignore[attr-defined]
+            self.body(node.orelse)
+            self.body(node.finalbody)
         elif isinstance(node, ast.Expr):
             value = node.value
             if (
@@ -774,8 +774,9 @@ class ModuleChecker:
             ):
                 kind = Kind.OPTIONAL
             self.env[arg.arg] = kind
+        saved_origins, self.origins = self.origins, {}  # a function's own assignments
         self.body(node.body)
-        self.env = saved
+        self.env, self.origins = saved, saved_origins
 
     def run(self) -> list[Finding]:
         self.collect()

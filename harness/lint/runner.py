@@ -19,6 +19,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 from harness.lint.checker import DEFAULT_TENSOR_KEY, Finding, check_source
 from harness.lint.config import LintConfig
@@ -120,7 +121,7 @@ class Cache:
     def __init__(self, folder: Path | None, config: LintConfig) -> None:
         self.path = None if folder is None else folder / f"cache-v{VERSION}.json"
         self.key = _digest((VERSION + config.digest()).encode())
-        self.entries: dict[str, tuple[str, list[dict[str, object]]]] = {}
+        self.entries: dict[str, tuple[str, list[dict[str, Any]]]] = {}
         self.dirty = False
         if self.path is not None and self.path.is_file():
             try:
@@ -134,7 +135,18 @@ class Cache:
         entry = self.entries.get(path)
         if entry is None or entry[0] != digest:
             return None
-        return [Finding(**f) for f in entry[1]]  # type: ignore[arg-type]
+        return [
+            Finding(
+                str(f["path"]),
+                int(f["line"]),
+                int(f["col"]),
+                str(f["code"]),
+                str(f["message"]),
+                int(f["end_line"]),
+                int(f["end_col"]),
+            )
+            for f in entry[1]
+        ]
 
     def put(self, path: str, digest: str, findings: list[Finding]) -> None:
         self.entries[path] = (digest, [asdict(f) for f in findings])
@@ -178,7 +190,7 @@ def run(
         result.stats.files += 1
         shown = _display(file, display_root)
         key = str(file.resolve())
-        if cache.path is not None:
+        if key in cache.entries:  # only then is hashing here cheaper than checking in a worker
             try:
                 data = file.read_bytes()
             except OSError:

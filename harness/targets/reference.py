@@ -44,7 +44,7 @@ from reference_impl.inputs import (
     ImagePixelInputs,
     VideoEmbeddingInputs,
     VideoPixelInputs,
-    _int_list,
+    int_list,
 )
 from reference_impl.lora import LoRAContext, LoRAEmbedding
 from reference_impl.model import NanoNemotronVLForConditionalGeneration, NanoNemotronVLModel
@@ -110,33 +110,37 @@ class _TrappedEngineConfig:
         raise DeepcopyRefused("the whole engine config was deep-copied")
 
 
-_FACTORY_LOCK = threading.Lock()
-_FACTORY_USERS = [0]
+def _refuse_init(*args: object, **kwargs: object) -> None:
+    raise AssertionError("a metadata path built the processor")
 
 
-@contextlib.contextmanager
-def _processor_refuses() -> Iterator[None]:
-    """While any metadata call runs, building the processor raises (thread-safe refcount)."""
-    original = processor.NanoNemotronVLProcessor.__init__
+class _ProcessorRefusal:
+    """While any metadata call runs, building the processor raises. Metadata calls run
+    concurrently, so the patch is reference-counted and the original read under the lock."""
 
-    def refuse(*args: object, **kwargs: object) -> None:
-        raise AssertionError("a metadata path built the processor")
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._users = 0
+        self._original: Any = None
 
-    with _FACTORY_LOCK:
-        _FACTORY_USERS[0] += 1
-        if _FACTORY_USERS[0] == 1:
-            _ORIGINAL_INIT[0] = original
-            processor.NanoNemotronVLProcessor.__init__ = refuse  # type: ignore[method-assign]
-    try:
-        yield
-    finally:
-        with _FACTORY_LOCK:
-            _FACTORY_USERS[0] -= 1
-            if _FACTORY_USERS[0] == 0:
-                processor.NanoNemotronVLProcessor.__init__ = _ORIGINAL_INIT[0]  # type: ignore[method-assign]
+    @contextlib.contextmanager
+    def active(self) -> Iterator[None]:
+        cls = processor.NanoNemotronVLProcessor
+        with self._lock:
+            if self._users == 0:
+                self._original = cls.__init__
+                cls.__init__ = _refuse_init  # type: ignore[method-assign]
+            self._users += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._users -= 1
+                if self._users == 0:
+                    cls.__init__ = self._original  # type: ignore[method-assign]
 
 
-_ORIGINAL_INIT: list[Any] = [None]
+_processor_refusal = _ProcessorRefusal()
 
 
 class RaisingLoRAEmbedding(LoRAEmbedding):
@@ -183,20 +187,20 @@ class ReferenceTarget(Target):
         elif kind == "pixel_values":
             ImagePixelInputs(
                 f["pixel_values_flat"],  # type: ignore[arg-type]
-                _int_list("image_num_patches", f["image_num_patches"]),
+                int_list("image_num_patches", f["image_num_patches"]),
             ).validate()
         elif kind == "pixel_values_videos":
             VideoPixelInputs(
                 f["pixel_values_flat_video"],  # type: ignore[arg-type]
-                _int_list("video_num_patches", f["video_num_patches"]),
-                _int_list("frames_indices", f["frames_indices"]),
-                _int_list("frame_duration_ms", f["frame_duration_ms"]),
+                int_list("video_num_patches", f["video_num_patches"]),
+                int_list("frames_indices", f["frames_indices"]),
+                int_list("frame_duration_ms", f["frame_duration_ms"]),
             ).validate(patch_size=1, shuffle_factor=1)
         elif kind == "audio_features":
             AudioFeatureInputs(
                 f["input_audio_features"],  # type: ignore[arg-type]
                 f["feature_attention_mask"],  # type: ignore[arg-type]
-                _int_list("audio_num_clips", f["audio_num_clips"]),
+                int_list("audio_num_clips", f["audio_num_clips"]),
             ).validate()
         else:
             raise ValueError(f"kind: unknown input kind {kind!r}")
@@ -211,7 +215,7 @@ class ReferenceTarget(Target):
 
         def refusing(call: Callable[[VLConfig], bool]) -> Callable[[], object]:
             def answer() -> object:
-                with _processor_refuses():
+                with _processor_refusal.active():
                     return call(config)
 
             return answer

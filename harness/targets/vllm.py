@@ -15,9 +15,11 @@ This module owns everything that running vLLM's classes on a CPU-only host takes
 
 from __future__ import annotations
 
+import atexit
 import importlib
 import importlib.util
 import os
+import shutil
 import sys
 import types
 from collections.abc import Callable, Sequence
@@ -188,6 +190,24 @@ def _exec_in_place(name: str, path: Path) -> None:
 # The stand-in top-level config
 
 
+def shell_text_fields(hidden_size: int) -> dict[str, Any]:
+    """The NemotronH fields of every shell's language model: one Mamba and one attention layer,
+    four heads of ``hidden_size // 4``; both config classes accept them."""
+    return {
+        "vocab_size": VOCAB_SIZE,
+        "hidden_size": hidden_size,
+        "hybrid_override_pattern": "M*",
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "head_dim": hidden_size // 4,
+        "mamba_num_heads": 4,
+        "mamba_head_dim": hidden_size // 4,
+        "n_groups": 2,
+        "ssm_state_size": 8,
+        "intermediate_size": 2 * hidden_size,
+    }
+
+
 def build_vl_config(spec: ShellSpec) -> Any:
     """A stand-in for the hub's ``NemotronH_Nano_VL_V2`` config class, shaped by ``spec``."""
     from transformers import PretrainedConfig
@@ -204,19 +224,7 @@ def build_vl_config(spec: ShellSpec) -> Any:
             self.sound_config = kwargs.pop("sound_config", None)
             super().__init__(**kwargs)
 
-    text_config = NemotronHConfig(
-        vocab_size=VOCAB_SIZE,
-        hidden_size=spec.hidden_size,
-        hybrid_override_pattern="M*",
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=spec.hidden_size // 4,
-        mamba_num_heads=4,
-        mamba_head_dim=spec.hidden_size // 4,
-        n_groups=2,
-        ssm_state_size=8,
-        intermediate_size=2 * spec.hidden_size,
-    )
+    text_config = NemotronHConfig(**shell_text_fields(spec.hidden_size))
     vision_args: dict[str, Any] = {"model": "vit_small_patch16_224"}
     if spec.dynamic_resolution:
         vision_args.update(min_num_patches=1, max_num_patches=64)
@@ -489,19 +497,8 @@ class VllmTarget(Target):
             from vllm.config import ModelConfig, VllmConfig
 
             folder = Path(tempfile.mkdtemp(prefix="nemotron-h-config-"))
-            config = NemotronHConfig(
-                vocab_size=VOCAB_SIZE,
-                hidden_size=32,
-                hybrid_override_pattern="M*",
-                num_attention_heads=4,
-                num_key_value_heads=2,
-                head_dim=8,
-                mamba_num_heads=4,
-                mamba_head_dim=8,
-                n_groups=2,
-                ssm_state_size=8,
-                intermediate_size=64,
-            )
+            atexit.register(shutil.rmtree, folder, ignore_errors=True)
+            config = NemotronHConfig(**shell_text_fields(32))
             data = config.to_transformers_dict() | {
                 "architectures": ["NemotronHForCausalLM"],
                 "torch_dtype": "bfloat16",

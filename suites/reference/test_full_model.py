@@ -159,14 +159,10 @@ def test_placeholders_equal_embedding_rows(name, sizes, max_tiles, frames, tempo
     )
     if not prompt.placeholders:
         return
-    outputs = model.multimodal.embed_multimodal(**prompt.mm_kwargs)
-    parsed = model.multimodal.parse_multimodal_inputs(**prompt.mm_kwargs)
-    rows: dict[str, list[int]] = {}
-    start = 0
-    for modality in parsed:
-        count = parsed[modality].num_items
-        rows[modality] = [o.shape[0] for o in outputs[start : start + count]]
-        start += count
+    rows = {
+        modality: [o.shape[0] for o in items]
+        for modality, (_, items) in model.multimodal.embed_by_modality(**prompt.mm_kwargs).items()
+    }
     for span in prompt.placeholders:
         assert rows[span.modality][span.index] == span.length, span
 
