@@ -22,9 +22,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+from harness import ROOT
 from harness.report import TargetRun, build_report, exit_status, write_report
 
-ROOT = Path(__file__).resolve().parent.parent
 SUITE = "suites/conformance"
 
 

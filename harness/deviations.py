@@ -17,7 +17,9 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
-DEVIATIONS_DIR = Path(__file__).resolve().parent.parent / "fixtures" / "deviations"
+from harness import ROOT
+
+DEVIATIONS_DIR = ROOT / "fixtures" / "deviations"
 
 
 class DeviationFileError(ValueError):

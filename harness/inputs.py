@@ -1,4 +1,4 @@
-"""Builders of valid multimodal keyword arguments for a model shell.
+"""Builders of valid multimodal keyword arguments for a target's model.
 
 Each builder returns an :class:`InputGroup`: the keyword arguments of one modality in one form, in
 the form vLLM's batching hands them to ``embed_multimodal``, plus what a conforming implementation
@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from harness.targets.base import ShellSpec
+from harness.checkpoint import ModelSpec
 
 #: The form of each builder's input, by its routing key.
 FORMS = (
@@ -64,7 +64,7 @@ def _generator(seed: int) -> torch.Generator:
 
 
 def embeddings(
-    spec: ShellSpec,
+    spec: ModelSpec,
     key: str,
     rows: Sequence[int],
     *,
@@ -87,7 +87,7 @@ def embeddings(
     return InputGroup(key, {key: tensors}, len(rows), [t.clone() for t in tensors])
 
 
-def image_pixels(spec: ShellSpec, tiles_per_image: Sequence[int], seed: int = 0) -> InputGroup:
+def image_pixels(spec: ModelSpec, tiles_per_image: Sequence[int], seed: int = 0) -> InputGroup:
     """Static tiles: ``pixel_values_flat [sum tiles, 3, S, S]`` and ``image_num_patches``."""
     g = _generator(seed)
     s = spec.image_size
@@ -100,7 +100,7 @@ def image_pixels(spec: ShellSpec, tiles_per_image: Sequence[int], seed: int = 0)
 
 
 def image_pixels_dynamic(
-    spec: ShellSpec, sizes: Sequence[tuple[int, int]], seed: int = 0
+    spec: ModelSpec, sizes: Sequence[tuple[int, int]], seed: int = 0
 ) -> InputGroup:
     """Dynamic resolution: one ``[3, H_i, W_i]`` tensor per image, sizes and token counts."""
     g = _generator(seed)
@@ -116,7 +116,7 @@ def image_pixels_dynamic(
 
 
 def video_pixels(
-    spec: ShellSpec, frames_per_video: Sequence[int], *, fps: float = 2.0, seed: int = 0
+    spec: ModelSpec, frames_per_video: Sequence[int], *, fps: float = 2.0, seed: int = 0
 ) -> InputGroup:
     """Frames of every video (``S x S``), frames per video, frame indices and durations."""
     g = _generator(seed)
@@ -134,7 +134,7 @@ def video_pixels(
 
 
 def audio_features(
-    spec: ShellSpec, clips_per_audio: Sequence[int], *, frames: int = 12, seed: int = 0
+    spec: ModelSpec, clips_per_audio: Sequence[int], *, frames: int = 12, seed: int = 0
 ) -> InputGroup:
     """Mel features of every clip ``[c, l, m]``, a bool mask with varied valid lengths, and the
     clips per audio."""

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from harness.pytest_deviations import is_check, stale_deviations
-from harness.pytest_target import current_target
+from harness.pytest_target import check_path, current_target
 
 # Outcomes as the report names them.
 PASS, FAIL, XFAIL, XPASS, SKIP, ERROR = "pass", "fail", "xfail", "xpass", "skip", "error"
@@ -72,10 +72,12 @@ class ResultsRecorder:
         self.config = config
         self.path = Path(config.getoption("--results-json"))
         self.check_ids: set[str] = set()
+        self.runs_on: dict[str, str | None] = {}
         self.results: dict[str, dict[str, Any]] = {}
 
     def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
         self.check_ids = {item.nodeid for item in items if is_check(item)}
+        self.runs_on = {item.nodeid: check_path(item) for item in items if is_check(item)}
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if report.nodeid not in self.check_ids:
@@ -91,6 +93,7 @@ class ResultsRecorder:
             "id": report.nodeid,
             "outcome": outcome,
             "reason": reason,
+            "runs_on": self.runs_on.get(report.nodeid),
             "duration_s": round(report.duration, 4),
         }
 
@@ -102,6 +105,7 @@ class ResultsRecorder:
             "exit_status": int(exitstatus),
             "checks": sorted(self.results.values(), key=lambda r: str(r["id"])),
             "stale_deviations": stale_deviations(self.config) if self.check_ids else [],
+            "build_timings": dict(getattr(target, "timings", {})),
         }
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.path.write_text(json.dumps(payload, indent=2) + "\n")

@@ -1,4 +1,10 @@
-"""``--target`` and ``--device``: pick the implementation under test and where tensors live."""
+"""``--target`` and ``--device``: pick the implementation under test and where tensors live.
+
+Fixtures: ``target`` (loaded once), ``device``, ``make_model`` / ``model`` (the target's model
+of a checkpoint variant, built once per variant and shared). The ``concern`` marker names what a
+check exercises (``model``, ``weights``, ``minimal``, ``metadata``, ...); the target says what
+that runs on (a real model, a shell, or classes and functions), and the results record it.
+"""
 
 from __future__ import annotations
 
@@ -11,8 +17,8 @@ from hypothesis import HealthCheck, settings
 
 from harness.targets import (
     TARGET_CHOICES,
-    ModelShell,
-    ShellSpec,
+    ModelSpec,
+    MultimodalModel,
     Target,
     TargetLoadError,
     TargetUnavailable,
@@ -71,6 +77,9 @@ def pytest_configure(config: pytest.Config) -> None:
             returncode=2,
         )
     config.stash[_TARGET_KEY] = target
+    config.addinivalue_line(
+        "markers", "concern(name): what a conformance check exercises (model, weights, ...)"
+    )
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -111,12 +120,13 @@ def device(request: pytest.FixtureRequest) -> torch.device:
 
 
 @pytest.fixture
-def make_shell(target: Target, device: torch.device) -> Callable[..., ModelShell]:
-    """Build a fresh model shell of the target: ``make_shell(video_temporal_patch_size=2)``."""
+def make_model(target: Target, device: torch.device) -> Callable[..., MultimodalModel]:
+    """The target's model of a checkpoint variant: ``make_model(video_temporal_patch_size=2)``
+    (fields of :class:`ModelSpec`)."""
 
-    def make(**spec_fields: object) -> ModelShell:
+    def make(**spec_fields: object) -> MultimodalModel:
         try:
-            return target.build_shell(ShellSpec(**spec_fields), device)  # type: ignore[arg-type]
+            return target.model(ModelSpec(**spec_fields), device)  # type: ignore[arg-type]
         except TargetUnavailable as e:
             pytest.skip(f"target {target.name!r} unavailable: {e}")
 
@@ -124,6 +134,14 @@ def make_shell(target: Target, device: torch.device) -> Callable[..., ModelShell
 
 
 @pytest.fixture
-def shell(make_shell: Callable[..., ModelShell]) -> ModelShell:
-    """A model shell of the target with the default (static tiles, T = 1, audio) spec."""
-    return make_shell()
+def model(make_model: Callable[..., MultimodalModel]) -> MultimodalModel:
+    """The target's model of the default variant (static tiles, T = 1, audio)."""
+    return make_model()
+
+
+def check_path(item: pytest.Item) -> str | None:
+    """What a check runs on for the current target (its ``concern`` marker), or None."""
+    marker = item.get_closest_marker("concern")
+    if marker is None:
+        return None
+    return current_target(item.config).check_path(str(marker.args[0]))

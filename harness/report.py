@@ -39,19 +39,29 @@ def _cell(check: dict[str, Any] | None) -> str:
     if check is None:
         return "—"
     outcome, reason = check["outcome"], check.get("reason", "")
+    runs_on = f" [{check['runs_on']}]" if check.get("runs_on") else ""
     if outcome == "pass":
-        return "pass"
+        return "pass" + runs_on
     label = {"fail": "**FAIL**", "error": "**ERROR**", "xpass": "**XPASS**"}.get(outcome, outcome)
     reason = " ".join(reason.split())
     if len(reason) > 160:
         reason = reason[:157] + "..."
-    return f"{label}: {reason}".replace("|", "\\|") if reason else label
+    cell = f"{label}{runs_on}: {reason}" if reason else label + runs_on
+    return cell.replace("|", "\\|")
 
 
 def summarize(run: TargetRun) -> dict[str, int]:
     counts = {k: 0 for k in ("pass", "fail", "xfail", "xpass", "skip", "error")}
     for check in (run.results or {}).get("checks", []):
         counts[check["outcome"]] = counts.get(check["outcome"], 0) + 1
+    return counts
+
+
+def _runs_on_counts(run: TargetRun) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for check in (run.results or {}).get("checks", []):
+        key = check.get("runs_on") or "unmarked"
+        counts[key] = counts.get(key, 0) + 1
     return counts
 
 
@@ -84,6 +94,8 @@ def build_report(runs: Sequence[TargetRun], command: str = "") -> dict[str, Any]
                 "problem": run.problem,
                 "summary": summarize(run),
                 "stale_deviations": (run.results or {}).get("stale_deviations", []),
+                "build_timings": (run.results or {}).get("build_timings", {}),
+                "runs_on": _runs_on_counts(run),
             }
             for run in runs
         ],
@@ -137,6 +149,23 @@ def render_markdown(report: dict[str, Any]) -> str:
     for t in targets:
         if t["problem"]:
             lines += ["", f"**`{t['selector']}` could not run:** {t['problem']}"]
+    lines += [
+        "",
+        "What the checks ran on (a real model: built by the target's constructor and loaded by "
+        "its loader from the checkpoint folder; a shell: an instance made without its "
+        "constructor; classes and functions: no instance):",
+        "",
+    ]
+    for t in targets:
+        counts = ", ".join(f"{n} on {what}" for what, n in sorted(t.get("runs_on", {}).items()))
+        lines.append(f"- `{t['selector']}`: {counts or 'nothing recorded'}")
+    timed = [t for t in targets if t.get("build_timings")]
+    if timed:
+        lines += ["", "Building the real models (seconds):", ""]
+        for t in timed:
+            for what, steps in t["build_timings"].items():
+                parts = ", ".join(f"{k.removesuffix('_s')} {v}" for k, v in steps.items())
+                lines.append(f"- `{t['selector']}` {what}: {parts}")
     lines += ["", "Files under test:", ""]
     for t in targets:
         for path, digest in ((t["identity"] or {}).get("files") or {}).items():

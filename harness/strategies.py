@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 from hypothesis import strategies as st
 
 from harness import inputs
+from harness.checkpoint import ModelSpec
 from harness.inputs import InputGroup
-from harness.targets.base import ShellSpec
 
 #: Keyword arguments a model's ``embed_multimodal`` receives that name no multimodal input.
 UNRELATED_KWARGS: dict[str, object] = {
@@ -41,7 +41,7 @@ class Request:
 
 
 @st.composite
-def input_groups(draw: st.DrawFn, spec: ShellSpec, form: str, *, ragged: bool = True) -> InputGroup:
+def input_groups(draw: st.DrawFn, spec: ModelSpec, form: str, *, ragged: bool = True) -> InputGroup:
     """One group of ``form``; embedding lists have per-item row counts when ``ragged``."""
     seed = draw(st.integers(0, 2**16))
     n = draw(st.integers(1, 3))
@@ -67,7 +67,7 @@ def input_groups(draw: st.DrawFn, spec: ShellSpec, form: str, *, ragged: bool = 
 
 @st.composite
 def requests(
-    draw: st.DrawFn, spec: ShellSpec, *, ragged: bool = True, none_keys: bool = True
+    draw: st.DrawFn, spec: ModelSpec, *, ragged: bool = True, none_keys: bool = True
 ) -> Request:
     """A random subset of modalities, each in one form, in random key order, with unrelated
     keyword arguments mixed in; with ``ragged``, embedding lists of per-item row counts; with

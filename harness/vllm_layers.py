@@ -8,38 +8,14 @@ are set up there). This module owns those steps, so tests never import vLLM dire
 
 from __future__ import annotations
 
-import os
-import tempfile
 from typing import Any
 
 import torch
 from torch import nn
 
-from harness.targets.vllm import prepare_cpu_environment
+from harness.targets.vllm.runtime import init_cpu_runtime, prepare_cpu_environment
 from reference_impl.audio import AudioConfig
 from reference_impl.radio import RadioConfig
-
-_RUNTIME: dict[str, Any] = {}
-
-
-def init_cpu_runtime() -> None:
-    """The process-wide setup, once."""
-    if _RUNTIME:
-        return
-    prepare_cpu_environment()
-    from vllm.config import VllmConfig, set_current_vllm_config
-    from vllm.distributed import init_distributed_environment, initialize_model_parallel
-
-    context = set_current_vllm_config(VllmConfig())
-    context.__enter__()
-    handle, path = tempfile.mkstemp(prefix="vllm-dist-")
-    os.close(handle)
-    os.unlink(path)
-    init_distributed_environment(
-        world_size=1, rank=0, distributed_init_method=f"file://{path}", local_rank=0, backend="gloo"
-    )
-    initialize_model_parallel(1, 1)
-    _RUNTIME["context"] = context
 
 
 def finish(module: nn.Module) -> nn.Module:

@@ -43,6 +43,13 @@ BLOCK_TYPE_LETTERS: dict[str, str] = {
     "mlp": "-",
     "moe": "E",
 }
+#: Pattern letters to the ``layers_block_type`` names transformers 5 writes (and validates).
+TRANSFORMERS_BLOCK_TYPES: dict[str, str] = {
+    "M": "linear_attention",
+    "*": "full_attention",
+    "-": "mlp",
+    "E": "moe",
+}
 #: Constructor (checkpoint) argument names that differ from the attribute names.
 NEMOTRON_H_ALIASES: dict[str, str] = {
     "mamba_n_groups": "n_groups",
@@ -285,8 +292,7 @@ class NemotronHConfig:
         """The transformers 5 form (``layers_block_type``) for its ``NemotronHConfig``."""
         data = self.to_hf_dict()
         pattern = data.pop("hybrid_override_pattern")
-        names = {"M": "mamba", "*": "attention", "-": "mlp", "E": "moe"}
-        data["layers_block_type"] = [names[c] for c in pattern]
+        data["layers_block_type"] = [TRANSFORMERS_BLOCK_TYPES[c] for c in pattern]
         data.pop("num_hidden_layers")
         data["head_dim"] = self.attention_head_dim
         return data

@@ -148,9 +148,19 @@ def load_safetensors(model: NemotronHForCausalLM, path: str | Path) -> None:
     load_state_dict(model, load_file(str(path)))
 
 
+#: Checkpoint prefixes of the towers and the connector (skipped in text-only mode).
+TOWER_PREFIXES = (
+    "vision_model.",
+    "mlp1.",
+    "vision_projector.",
+    "sound_encoder.",
+    "sound_projection.",
+)
+
+
 def load_vl_checkpoint(
     model: NanoNemotronVLForConditionalGeneration,
-    weights: Mapping[str, torch.Tensor],
+    weights: Mapping[str, torch.Tensor] | Iterable[tuple[str, torch.Tensor]],
     *,
     text_only: bool = False,
 ) -> None:
@@ -159,11 +169,13 @@ def load_vl_checkpoint(
 
     - ``language_model.*`` (``language_model.backbone.*`` too) -> the language model;
     - ``vision_model.radio_model.*`` -> RADIO; ``mlp1.{0,1,3}.*`` -> the connector;
-      ``vision_final_layernorm.*`` when the config has it;
+      ``vision_projector.vision_final_layernorm.*`` when the config has it;
     - ``sound_encoder.encoder.*`` and ``sound_projection.{norm,linear1,linear2}.*`` -> Parakeet.
 
-    With ``text_only`` (every multimodal limit 0) the tower weights are skipped cleanly. Any
-    other name, and any missing weight, raises."""
+    ``weights`` may be streamed (``(name, tensor)`` pairs from a loader that reuses its buffers):
+    each tensor is copied as it arrives, none is kept by reference. With ``text_only`` (every
+    multimodal limit 0) the tower tensors are skipped by name, never read. Any other name, and
+    any missing weight, raises."""
     groups: dict[str, dict[str, torch.Tensor]] = {
         "lm": {},
         "vision": {},
@@ -172,13 +184,21 @@ def load_vl_checkpoint(
     }
     unexpected = []
     projection = {"norm": "0", "linear1": "1", "linear2": "3"}
-    for name, tensor in weights.items():
+    items = weights.items() if isinstance(weights, Mapping) else weights
+    given: set[str] = set()
+    for name, streamed in items:
+        given.add(name)
+        if text_only and name.startswith(TOWER_PREFIXES):
+            continue
+        tensor = streamed.detach().clone()  # the loader may reuse the buffer for the next one
         if name.startswith("language_model."):
             groups["lm"][name.removeprefix("language_model.")] = tensor
         elif name.startswith("vision_model.radio_model."):
             groups["vision"][name] = tensor
-        elif name.startswith(("mlp1.", "vision_final_layernorm.")):
+        elif name.startswith("mlp1."):
             groups["connector"][name] = tensor
+        elif name.startswith("vision_projector.vision_final_layernorm."):
+            groups["connector"][name.removeprefix("vision_projector.")] = tensor
         elif name.startswith("sound_encoder.encoder.feature_extractor."):
             continue  # extractor buffers: the features are computed outside the model
         elif name.startswith("sound_encoder."):
@@ -188,8 +208,9 @@ def load_vl_checkpoint(
             groups["sound"][f"projection.{projection.get(part, part)}.{rest}"] = tensor
         else:
             unexpected.append(name)
-    if unexpected:
-        raise WeightLoadError([], sorted(unexpected), [])
+    missing = _missing_checkpoint_names(model, given, text_only)
+    if unexpected or missing:
+        raise WeightLoadError(missing, sorted(unexpected), [])
     load_state_dict(model.language_model, groups["lm"])
     if text_only:
         return
@@ -210,6 +231,32 @@ def load_vl_checkpoint(
         _load_exact(mm.sound_encoder, groups["sound"], "sound")
     elif groups["sound"]:
         raise WeightLoadError([], sorted(f"sound_encoder.{k}" for k in groups["sound"]), [])
+
+
+def _missing_checkpoint_names(
+    model: NanoNemotronVLForConditionalGeneration, given: set[str], text_only: bool
+) -> list[str]:
+    """The model's checkpoint tensors (by their checkpoint names) not in ``given``; names under
+    ``language_model.model.`` stand for their ``language_model.backbone.`` twins, and a fused
+    ``experts.up_proj`` / ``down_proj`` for its per-expert tensors."""
+    from reference_impl.checkpoint import checkpoint_state_dict
+
+    def normal(name: str) -> str:
+        if name.startswith("language_model.model."):
+            name = "language_model.backbone." + name.removeprefix("language_model.model.")
+        return name.replace(".embed_tokens.", ".embeddings.")
+
+    present = {normal(name) for name in given}
+    fused = {name.rsplit(".", 1)[0] for name in present if name.endswith(("up_proj", "down_proj"))}
+    missing = []
+    for name in checkpoint_state_dict(model):
+        if (text_only and name.startswith(TOWER_PREFIXES)) or name in present:
+            continue
+        expert = _EXPERT.match(name.removeprefix("language_model."))
+        if expert is not None and f"language_model.{expert['prefix']}" in fused:
+            continue
+        missing.append(name)
+    return sorted(missing)
 
 
 def _load_exact(module: nn.Module, weights: Mapping[str, torch.Tensor], what: str) -> None:

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from harness.checkpoint import ModelSpec
 from harness.targets.base import (
     EncoderCalls,
-    ModelShell,
+    MultimodalModel,
     ParsedModality,
-    ShellSpec,
     Target,
     TargetIdentity,
     TargetLoadError,
@@ -51,9 +51,9 @@ def resolve_target(value: str) -> Target:
 __all__ = [
     "TARGET_CHOICES",
     "EncoderCalls",
-    "ModelShell",
+    "ModelSpec",
+    "MultimodalModel",
     "ParsedModality",
-    "ShellSpec",
     "Target",
     "TargetIdentity",
     "TargetLoadError",

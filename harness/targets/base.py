@@ -1,27 +1,42 @@
 """The Target interface: what the suites may ask of an implementation under test.
 
-A *target* knows how to build a weight-less *model shell* of its implementation: the real
-multimodal wrapper class with recording test doubles in place of the vision and audio towers and a
-tiny embedding table in place of the language model. Suites drive shells only through this
-interface, so the same check runs against our reference, the installed vLLM, or a vLLM file from a
-pull request.
+A *target* builds its implementation the way a user gets it: from a tiny checkpoint folder
+(:mod:`harness.checkpoint`), through its own constructor and weight loader, real towers included
+(:meth:`Target.model`). Suites reach a target only through small named methods, one concern
+each (the model's multimodal path, weight loading, input contracts, state helpers, minimal
+configs, processor metadata and arithmetic, typing cases, LoRA metadata), so the same check runs
+against our reference, the installed vLLM, or a vLLM file from a pull request.
+
+Every check records *how* it reached the target (:data:`CHECK_PATHS`): the real model built from
+the checkpoint folder, a shell (an instance made without its constructor, or a stand-in
+context), or the implementation's classes and functions directly.
 """
 
 from __future__ import annotations
 
 import abc
+import contextlib
 import hashlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
 import torch
 
-from reference_impl.config import NemotronHConfig, VLConfig
-from reference_impl.tokenizer import VOCAB_SIZE
+from harness.checkpoint import ModelSpec
+from reference_impl.config import NemotronHConfig
 
 Modality = Literal["images", "videos", "audios"]
+
+#: How a check reaches its target, as the report shows it.
+REAL_MODEL = "real model"
+SHELL = "shell"
+FUNCTIONS = "classes and functions"
+CHECK_PATHS = (REAL_MODEL, SHELL, FUNCTIONS)
+#: Keyword arguments a processor emits as floating tensors: a serving engine casts them to the
+#: model's dtype before the model sees them (vLLM's processing context does).
+PROCESSOR_FLOAT_KEYS = ("pixel_values_flat", "pixel_values_flat_video", "input_audio_features")
 
 
 class TargetLoadError(RuntimeError):
@@ -46,43 +61,6 @@ class TargetIdentity:
 
 def sha256_of(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-@dataclass(frozen=True)
-class ShellSpec:
-    """Sizes of a model shell. Small enough for CPU, shaped like the real model.
-
-    The default tile is 32 px with 8 px patches: a 4 x 4 grid, pixel-shuffled to 4 embedding rows
-    per tile.
-    """
-
-    hidden_size: int = 32
-    vit_hidden_size: int = 8
-    projector_hidden_size: int = 16
-    image_size: int = 32
-    patch_size: int = 8
-    video_temporal_patch_size: int = 1
-    dynamic_resolution: bool = False
-    audio: bool = True
-    num_mel_bins: int = 8
-    audio_subsampling: int = 2
-
-    def vl_config(self) -> VLConfig:
-        return VLConfig(
-            hidden_size=self.hidden_size,
-            vocab_size=VOCAB_SIZE,
-            vit_hidden_size=self.vit_hidden_size,
-            projector_hidden_size=self.projector_hidden_size,
-            force_image_size=self.image_size,
-            patch_size=self.patch_size,
-            video_temporal_patch_size=self.video_temporal_patch_size,
-            dynamic_resolution=self.dynamic_resolution,
-            has_audio=self.audio,
-        )
-
-    @property
-    def tokens_per_tile(self) -> int:
-        return self.vl_config().num_image_token
 
 
 @dataclass(frozen=True)
@@ -159,22 +137,60 @@ def lora_attributes(cls: type) -> dict[str, object]:
     return {name: getattr(cls, name, None) for name in LORA_ATTRIBUTES}
 
 
-class ModelShell(abc.ABC):
-    """A weight-less instance of a target's multimodal wrapper."""
+@dataclass(frozen=True)
+class LoadedWeights:
+    """What a target's weight loader made of a checkpoint.
 
-    def __init__(self, spec: ShellSpec, calls: EncoderCalls, device: torch.device) -> None:
+    Attributes:
+        not_loaded: parameters the loader left unset, by the target's name.
+        differing: parameters whose value is not the checkpoint's tensor (name: what differs).
+        tower_tensors_read: checkpoint tensors of the towers the loader read (text-only mode
+            must read none).
+    """
+
+    not_loaded: list[str]
+    differing: list[str]
+    tower_tensors_read: list[str]
+
+
+@dataclass(frozen=True)
+class MinimalBuild:
+    """A model built from the checkpoint with minimal-layer overrides (weights not loaded)."""
+
+    layer_kinds: str  # the language model's pattern as built: one letter per layer
+    vision_rows: int  # embedding rows the built towers give for one static tile
+
+
+class MultimodalModel(abc.ABC):
+    """A target's multimodal model as the suites drive it: parse, embed, the LoRA embedding.
+
+    Built once per spec and shared between checks: every check starts with fresh
+    :attr:`calls`, and what a check changes (the LoRA wrapper) it restores.
+    """
+
+    #: how the checks reach this model (:data:`CHECK_PATHS`)
+    check_path: str = REAL_MODEL
+
+    def __init__(
+        self,
+        spec: ModelSpec,
+        calls: EncoderCalls,
+        device: torch.device,
+        input_dtype: torch.dtype,
+    ) -> None:
         self.spec = spec
         self.calls = calls
         self.device = device
+        self.input_dtype = input_dtype
 
     def parse(self, **kwargs: object) -> dict[str, ParsedModality]:
         """The target's parse step, normalised; keys in the target's modality order."""
-        return self._parse(**self.on_device(kwargs))
+        return self._parse(**self.as_model_inputs(kwargs))
 
     def embed_multimodal(self, **kwargs: object) -> tuple[torch.Tensor, ...]:
-        """The target's ``embed_multimodal``, called with these keyword arguments (tensors moved
-        to the shell's device)."""
-        return self._embed(None, **self.on_device(kwargs))
+        """The target's ``embed_multimodal`` for these keyword arguments."""
+        with torch.no_grad():
+            return self._embed(None, **self.as_model_inputs(kwargs))
 
     def embed_multimodal_with_counts(
         self, placeholder_counts: Sequence[int], **kwargs: object
@@ -183,26 +199,31 @@ class ModelShell(abc.ABC):
 
         Targets without a count check at the boundary (vLLM) just embed.
         """
-        return self._embed(list(placeholder_counts), **self.on_device(kwargs))
+        with torch.no_grad():
+            return self._embed(list(placeholder_counts), **self.as_model_inputs(kwargs))
 
-    def on_device(self, kwargs: dict[str, object]) -> dict[str, object]:
-        """Tensors (and lists or tuples of tensors) moved to the shell's device; order kept."""
+    def as_model_inputs(self, kwargs: dict[str, object]) -> dict[str, object]:
+        """The keyword arguments as the model receives them: tensors on the model's device, the
+        processor's floating outputs (:data:`PROCESSOR_FLOAT_KEYS`) in the model's input dtype;
+        embeddings and everything else unchanged; order kept."""
 
-        def move(value: object) -> object:
+        def move(value: object, cast: bool) -> object:
             if isinstance(value, torch.Tensor):
+                if cast and value.is_floating_point():
+                    return value.to(self.device, self.input_dtype)
                 return value.to(self.device)
             if isinstance(value, list):
-                return [move(v) for v in value]
+                return [move(v, cast) for v in value]
             if isinstance(value, tuple):
-                return tuple(move(v) for v in value)
+                return tuple(move(v, cast) for v in value)
             return value
 
-        return {key: move(value) for key, value in kwargs.items()}
+        return {key: move(value, key in PROCESSOR_FLOAT_KEYS) for key, value in kwargs.items()}
 
     @abc.abstractmethod
-    def use_raising_lora_embedding(self) -> None:
-        """Replace the language model's ``embed_tokens`` with a LoRA wrapper (the target's own
-        wrapper class) whose forward raises: only its ``base_layer`` may be used."""
+    def raising_lora_embedding(self) -> contextlib.AbstractContextManager[None]:
+        """While active, the language model's ``embed_tokens`` is a LoRA wrapper (the target's
+        own wrapper class) whose forward raises: only its ``base_layer`` may be used."""
 
     @abc.abstractmethod
     def _parse(self, **kwargs: object) -> dict[str, ParsedModality]: ...
@@ -211,6 +232,23 @@ class ModelShell(abc.ABC):
     def _embed(
         self, placeholder_counts: list[int] | None, **kwargs: object
     ) -> tuple[torch.Tensor, ...]: ...
+
+
+class ProcessorMetadata(abc.ABC):
+    """The processing metadata questions, answered with the processor factory refusing to run
+    (vLLM PR #38655: building the processor in a hot path races on the shared tokenizer)."""
+
+    #: how the checks reach the metadata (:data:`CHECK_PATHS`)
+    check_path: str = FUNCTIONS
+
+    @abc.abstractmethod
+    def supports_video(self) -> bool: ...
+
+    @abc.abstractmethod
+    def supports_audio(self) -> bool: ...
+
+    @abc.abstractmethod
+    def is_dynamic_tiler(self) -> bool: ...
 
 
 class Target(abc.ABC):
@@ -234,9 +272,34 @@ class Target(abc.ABC):
     def identity(self) -> TargetIdentity:
         """Name, version and hashes of the files under test."""
 
+    def check_path(self, concern: str) -> str:
+        """What checks of ``concern`` (a suite's ``concern`` marker) run on for this target:
+        one of :data:`CHECK_PATHS`."""
+        return FUNCTIONS
+
+    # The model ---------------------------------------------------------------------------
+
     @abc.abstractmethod
-    def build_shell(self, spec: ShellSpec, device: torch.device) -> ModelShell:
-        """A fresh model shell with recording towers."""
+    def model(self, spec: ModelSpec, device: torch.device) -> MultimodalModel:
+        """The model of ``spec``'s checkpoint folder, built and loaded by the target's own
+        constructor and loader (once per spec and device; shared)."""
+
+    # Weight loading ----------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def load_weights(
+        self,
+        spec: ModelSpec,
+        weights: Iterable[tuple[str, torch.Tensor]],
+        *,
+        text_only: bool = False,
+    ) -> LoadedWeights:
+        """Load checkpoint-named ``weights`` (in this order, one at a time, as a loader streams
+        them) into a model of ``spec`` through the target's weight loader, and compare every
+        parameter with the checkpoint folder's tensors. ``text_only``: every modality limit
+        0. Whatever the loader raises propagates."""
+
+    # Input contracts ---------------------------------------------------------------------
 
     @abc.abstractmethod
     def validate_contract(self, kind: str, fields: dict[str, object], hidden_size: int) -> None:
@@ -245,25 +308,42 @@ class Target(abc.ABC):
         ``fields`` (keyed by the processor's keyword names) with validation on; raise if it is
         rejected."""
 
+    # Configs -----------------------------------------------------------------------------
+
     @abc.abstractmethod
     def mamba_state(self, text_config: NemotronHConfig, tp_size: int) -> MambaStateInfo:
-        """The target's Mamba state-shape and dtype helpers for a multimodal config whose
-        language model is ``text_config``, called on an engine config that holds a live
-        parameter and refuses to be deep-copied (vLLM PR #38655). Conv shapes are reported as
-        ``(channels, window)``."""
+        """The target's Mamba state-shape and dtype helpers for the checkpoint folder's config
+        with its language model's fields set to ``text_config``'s, called on an engine config
+        that holds a live parameter and refuses to be deep-copied (vLLM PR #38655). Conv shapes
+        are reported as ``(channels, window)``."""
 
     @abc.abstractmethod
-    def metadata_calls(self, spec: ShellSpec, tokenizer: object) -> list[Callable[[], object]]:
-        """The processor-info metadata questions (supports video / audio, dynamic tiler), each
-        a call answering from the config; the processor factory refuses to run inside them."""
+    def build_minimal(self, spec: ModelSpec, overrides: dict[str, object]) -> MinimalBuild:
+        """Build ``spec``'s checkpoint with config overrides (nested ``text_config`` too) as the
+        target applies them (vLLM: ``hf_overrides``), without its weights; run the towers."""
+
+    # Processor ---------------------------------------------------------------------------
 
     @abc.abstractmethod
-    def expansion_calls(self, spec: ShellSpec, tokenizer: object) -> list[Callable[[], object]]:
-        """Prompt-expansion paths that use ``tokenizer`` (the video replacement in its forms)."""
+    def metadata(self, spec: ModelSpec, tokenizer: object) -> ProcessorMetadata:
+        """The processing metadata of ``spec``'s config, with ``tokenizer`` as the shared one."""
+
+    @abc.abstractmethod
+    def video_replacement(
+        self,
+        tokenizer: object,
+        tokens_per_frame: list[int],
+        frames_indices: list[int],
+        frame_duration_ms: int | None,
+        temporal_patch_size: int,
+    ) -> tuple[int, ...]:
+        """The token ids that replace one ``<video>`` placeholder, made with ``tokenizer``."""
 
     @abc.abstractmethod
     def processor_counts(self) -> ProcessorCounts:
         """The target's processor arithmetic (tile counts, dynamic grids, audio tokens)."""
+
+    # Typing and LoRA ---------------------------------------------------------------------
 
     @abc.abstractmethod
     def typing_cases(self) -> Path:

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from importlib import metadata
 from pathlib import Path
 from types import SimpleNamespace
@@ -14,30 +15,36 @@ import torch
 from torch import nn
 
 import reference_impl
+from harness import ROOT
+from harness.checkpoint import ModelSpec, checkpoint_folder
 from harness.targets.base import (
+    FUNCTIONS,
+    REAL_MODEL,
     DeepcopyRefused,
     EncoderCalls,
     LiveParameter,
+    LoadedWeights,
     LoRAMetadata,
     MambaStateInfo,
-    ModelShell,
+    MinimalBuild,
+    MultimodalModel,
     ParsedModality,
     ProcessorCounts,
-    ShellSpec,
+    ProcessorMetadata,
     Target,
     TargetIdentity,
     lora_attributes,
     sha256_of,
 )
-from harness.targets.fakes import (
-    FakeSoundEncoder,
-    FakeVisionCore,
-    FakeVisionTower,
-    seeded_mlp1,
-)
+from harness.weight_streams import recording_reads
 from reference_impl import processor
+from reference_impl.checkpoint import checkpoint_state_dict, load_folder, read_weights
 from reference_impl.config import NemotronHConfig, VLConfig
-from reference_impl.dummy import mamba_state_dtype_from_config, mamba_state_shape_from_config
+from reference_impl.dummy import (
+    mamba_state_dtype_from_config,
+    mamba_state_shape_from_config,
+    minimal_vl_config,
+)
 from reference_impl.inputs import (
     AudioFeatureInputs,
     ImageEmbeddingInputs,
@@ -48,35 +55,56 @@ from reference_impl.inputs import (
 )
 from reference_impl.lora import LoRAContext, LoRAEmbedding
 from reference_impl.model import NanoNemotronVLForConditionalGeneration, NanoNemotronVLModel
-from reference_impl.nemotron_h import NemotronHForCausalLM
-from reference_impl.tokenizer import VOCAB_SIZE, shared_tokenizer
+from reference_impl.nemotron_h import MLP as MLPMixer
+from reference_impl.nemotron_h import Attention, Mamba2Mixer, MoE, NemotronHForCausalLM
+from reference_impl.tokenizer import shared_tokenizer
+from reference_impl.weights import TOWER_PREFIXES, load_vl_checkpoint
+
+#: What each concern of the suites runs on, for this target.
+CHECK_PATHS = {"model": REAL_MODEL, "weights": REAL_MODEL, "minimal": REAL_MODEL}
 
 
-class ReferenceShell(ModelShell):
-    def __init__(self, spec: ShellSpec, device: torch.device) -> None:
+class ReferenceModel(MultimodalModel):
+    """The reference model of a checkpoint folder (fp32), its towers' calls recorded."""
+
+    def __init__(self, model: NanoNemotronVLForConditionalGeneration, spec: ModelSpec) -> None:
         calls = EncoderCalls()
-        super().__init__(spec, calls, device)
-        core = FakeVisionCore(spec, calls)
-        embed = nn.Embedding(VOCAB_SIZE, spec.hidden_size)
-        with torch.no_grad():
-            embed.weight.copy_(
-                torch.randn(embed.weight.shape, generator=torch.Generator().manual_seed(7))
+        device = model.language_model.lm_head.weight.device
+        super().__init__(spec, calls, device, torch.float32)
+        self.model = model
+        self.multimodal: NanoNemotronVLModel = model.multimodal
+        vision = self.multimodal.vision_model
+        for method, kind in (
+            ("forward_tiles", "tiles"),
+            ("forward_video", "video"),
+            ("forward_dynamic", "dynamic"),
+        ):
+            setattr(vision, method, self._recording(getattr(vision, method), kind))
+        tower = self.multimodal.sound_encoder
+        if isinstance(tower, nn.Module):
+            tower.register_forward_pre_hook(
+                lambda module, args: self.calls.audio.append(int(args[0].shape[0]))
             )
-        self.model = NanoNemotronVLModel(
-            spec.vl_config(),
-            vision_model=FakeVisionTower(core),
-            embed_tokens=embed,
-            tokenizer=shared_tokenizer(),
-            sound_encoder=FakeSoundEncoder(spec, calls) if spec.audio else None,
-        )
-        self.model.connector.mlp1 = seeded_mlp1(spec.vl_config())
-        self.model.to(device)
 
-    def use_raising_lora_embedding(self) -> None:
-        self.model.embed_tokens = RaisingLoRAEmbedding(self.model.embed_tokens)
+    def _recording(self, method: Callable[..., Any], kind: str) -> Callable[..., Any]:
+        @functools.wraps(method)
+        def recorded(*args: Any, **kwargs: Any) -> Any:
+            self.calls.vision.append(kind)
+            return method(*args, **kwargs)
+
+        return recorded
+
+    @contextlib.contextmanager
+    def raising_lora_embedding(self) -> Iterator[None]:
+        original = self.multimodal.embed_tokens
+        self.multimodal.embed_tokens = RaisingLoRAEmbedding(original)
+        try:
+            yield
+        finally:
+            self.multimodal.embed_tokens = original
 
     def _parse(self, **kwargs: object) -> dict[str, ParsedModality]:
-        parsed = self.model.parse_multimodal_inputs(**kwargs)
+        parsed = self.multimodal.parse_multimodal_inputs(**kwargs)
         normalised: dict[str, ParsedModality] = {}
         for modality in parsed:
             inputs = parsed[modality]  # type: ignore[literal-required]  # keys of the TypedDict
@@ -86,7 +114,36 @@ class ReferenceShell(ModelShell):
     def _embed(
         self, placeholder_counts: list[int] | None, **kwargs: object
     ) -> tuple[torch.Tensor, ...]:
-        return self.model.embed_multimodal(placeholder_counts=placeholder_counts, **kwargs)
+        return self.multimodal.embed_multimodal(placeholder_counts=placeholder_counts, **kwargs)
+
+
+class ConfigMetadata(ProcessorMetadata):
+    """The reference's metadata functions of the config, with the processor refusing."""
+
+    def __init__(self, config: VLConfig) -> None:
+        self.config = config
+
+    def _answer(self, question: Callable[[VLConfig], bool]) -> bool:
+        with _processor_refusal.active():
+            return question(self.config)
+
+    def supports_video(self) -> bool:
+        return self._answer(processor.supports_video)
+
+    def supports_audio(self) -> bool:
+        return self._answer(processor.supports_audio)
+
+    def is_dynamic_tiler(self) -> bool:
+        return self._answer(processor.is_dynamic_tiler)
+
+
+#: The layer kind (pattern letter) of each mixer class of the reference language model.
+MIXER_LETTERS: dict[type[nn.Module], str] = {
+    Mamba2Mixer: "M",
+    Attention: "*",
+    MLPMixer: "-",
+    MoE: "E",
+}
 
 
 class _TrappedEngineConfig:
@@ -172,8 +229,67 @@ class ReferenceTarget(Target):
         files = {f"reference_impl/{p.name}": sha256_of(p) for p in sorted(root.glob("*.py"))}
         return TargetIdentity(name="reference", version=version, files=files)
 
-    def build_shell(self, spec: ShellSpec, device: torch.device) -> ModelShell:
-        return ReferenceShell(spec, device)
+    def check_path(self, concern: str) -> str:
+        return CHECK_PATHS.get(concern, FUNCTIONS)
+
+    def __init__(self) -> None:
+        self._models: dict[tuple[ModelSpec, str], ReferenceModel] = {}
+        self._fresh: dict[ModelSpec, NanoNemotronVLForConditionalGeneration] = {}
+
+    def model(self, spec: ModelSpec, device: torch.device) -> MultimodalModel:
+        key = (spec, str(device))
+        if key not in self._models:
+            loaded = load_folder(checkpoint_folder(spec), shared_tokenizer()).to(device)
+            self._models[key] = ReferenceModel(loaded, spec)
+        model = self._models[key]
+        model.calls.reset()
+        return model
+
+    def load_weights(
+        self,
+        spec: ModelSpec,
+        weights: Iterable[tuple[str, torch.Tensor]],
+        *,
+        text_only: bool = False,
+    ) -> LoadedWeights:
+        if spec not in self._fresh:
+            self._fresh[spec] = NanoNemotronVLForConditionalGeneration(
+                spec.vl_config(), shared_tokenizer()
+            )
+        model = self._fresh[spec]
+        with torch.no_grad():
+            for param in model.parameters():
+                param.fill_(float("nan"))  # a parameter the loader leaves alone stays NaN
+        reads: list[str] = []
+        load_vl_checkpoint(
+            model, recording_reads(weights, TOWER_PREFIXES, reads), text_only=text_only
+        )
+        checkpoint = read_weights(checkpoint_folder(spec))
+        not_loaded, differing = [], []
+        for name, value in checkpoint_state_dict(model).items():
+            expected = checkpoint.get(name)
+            if expected is None or not value.is_floating_point():
+                continue
+            if torch.isnan(value).any():
+                not_loaded.append(name)
+            elif not torch.equal(value.to(expected.dtype), expected):
+                differing.append(name)
+        return LoadedWeights(not_loaded, differing, reads)
+
+    def build_minimal(self, spec: ModelSpec, overrides: dict[str, object]) -> MinimalBuild:
+        config = minimal_vl_config(spec.vl_config(), overrides=overrides)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(0)
+            model = NanoNemotronVLForConditionalGeneration(config, shared_tokenizer()).eval()
+        kinds = "".join(
+            MIXER_LETTERS[type(block.mixer)] for block in model.language_model.model.layers
+        )
+        tile = torch.randn(1, 3, config.force_image_size, config.force_image_size)
+        with torch.no_grad():
+            out = model.multimodal.embed_multimodal(
+                pixel_values_flat=tile, image_num_patches=torch.tensor([1])
+            )
+        return MinimalBuild(layer_kinds=kinds, vision_rows=int(out[0].shape[0]))
 
     def validate_contract(self, kind: str, fields: dict[str, object], hidden_size: int) -> None:
         f = fields
@@ -210,29 +326,26 @@ class ReferenceTarget(Target):
         conv, ssm = mamba_state_shape_from_config(engine)
         return MambaStateInfo(conv, ssm, mamba_state_dtype_from_config(engine))
 
-    def metadata_calls(self, spec: ShellSpec, tokenizer: object) -> list[Callable[[], object]]:
-        config = spec.vl_config()
+    def metadata(self, spec: ModelSpec, tokenizer: object) -> ProcessorMetadata:
+        return ConfigMetadata(spec.vl_config())
 
-        def refusing(call: Callable[[VLConfig], bool]) -> Callable[[], object]:
-            def answer() -> object:
-                with _processor_refusal.active():
-                    return call(config)
-
-            return answer
-
-        return [
-            refusing(processor.supports_video),
-            refusing(processor.supports_audio),
-            refusing(processor.is_dynamic_tiler),
-        ]
-
-    def expansion_calls(self, spec: ShellSpec, tokenizer: object) -> list[Callable[[], object]]:
-        tok: Any = tokenizer
-        return [
-            lambda: tuple(processor.video_replacement_ids(tok, [4, 4, 4], [0, 1, 2], 500, 1)),
-            lambda: tuple(processor.video_replacement_ids(tok, [4, 4], [0, 2, 4], 250, 2)),
-            lambda: tuple(processor.video_replacement_ids(tok, [4, 4], [0, 1], None, 1)),
-        ]
+    def video_replacement(
+        self,
+        tokenizer: object,
+        tokens_per_frame: list[int],
+        frames_indices: list[int],
+        frame_duration_ms: int | None,
+        temporal_patch_size: int,
+    ) -> tuple[int, ...]:
+        return tuple(
+            processor.video_replacement_ids(
+                tokenizer,  # type: ignore[arg-type]
+                tokens_per_frame,
+                frames_indices,
+                frame_duration_ms,
+                temporal_patch_size,
+            )
+        )
 
     def processor_counts(self) -> ProcessorCounts:
         from reference_impl.audio import AudioConfig, audio_token_count
@@ -247,7 +360,7 @@ class ReferenceTarget(Target):
         )
 
     def typing_cases(self) -> Path:
-        return Path(__file__).resolve().parents[2] / "fixtures" / "typing" / "reference"
+        return ROOT / "fixtures" / "typing" / "reference"
 
     def lora_metadata(self) -> LoRAMetadata:
         return LoRAMetadata(

@@ -81,6 +81,7 @@ class ReferenceMutantTarget(ReferenceTarget):
     deviations_name = "reference"
 
     def __init__(self, mutant: str) -> None:
+        super().__init__()
         if mutant not in REFERENCE_MUTANTS:
             raise TargetLoadError(
                 f"reference-mutant: expected one of {sorted(REFERENCE_MUTANTS)}, got {mutant!r}"

@@ -8,30 +8,45 @@ borrowed``, so every result is compared)."""
 
 from __future__ import annotations
 
+import functools
 import threading
 
+import pytest
+
+from harness.checkpoint import ModelSpec
 from reference_impl.tokenizer import build_tokenizer
+
+pytestmark = pytest.mark.concern("metadata")
 
 THREADS = 32
 CALLS_PER_THREAD = 64  # 2,048 calls
 
 
-def test_metadata_is_answered_without_a_processor(make_shell, target):
-    spec = make_shell().spec
-    answers = [call() for call in target.metadata_calls(spec, build_tokenizer())]
-    assert answers == [True, spec.audio, spec.dynamic_resolution]
+def answers(metadata):
+    return [metadata.supports_video(), metadata.supports_audio(), metadata.is_dynamic_tiler()]
 
 
-def test_dynamic_and_audio_free_configs(make_shell, target):
-    spec = make_shell(dynamic_resolution=True, audio=False).spec
-    answers = [call() for call in target.metadata_calls(spec, build_tokenizer())]
-    assert answers == [True, False, True]
+def test_metadata_is_answered_without_a_processor(target):
+    assert answers(target.metadata(ModelSpec(), build_tokenizer())) == [True, True, False]
 
 
-def test_shared_tokenizer_under_32_threads(make_shell, target):
-    spec = make_shell().spec
+def test_dynamic_and_audio_free_configs(target):
+    spec = ModelSpec(dynamic_resolution=True, audio=False)
+    assert answers(target.metadata(spec, build_tokenizer())) == [True, False, True]
+
+
+def test_shared_tokenizer_under_32_threads(target):
     tokenizer = build_tokenizer()
-    work = target.metadata_calls(spec, tokenizer) + target.expansion_calls(spec, tokenizer)
+    metadata = target.metadata(ModelSpec(), tokenizer)
+    replacement = functools.partial(target.video_replacement, tokenizer)
+    work = [
+        metadata.supports_video,
+        metadata.supports_audio,
+        metadata.is_dynamic_tiler,
+        functools.partial(replacement, [4, 4, 4], [0, 1, 2], 500, 1),
+        functools.partial(replacement, [4, 4], [0, 2, 4], 250, 2),
+        functools.partial(replacement, [4, 4], [0, 1], None, 1),
+    ]
     expected = [call() for call in work]
     errors: list[str] = []
     wrong: list[int] = []

@@ -10,6 +10,8 @@ import torch
 
 from harness.assertions import raises_clear_error
 
+pytestmark = pytest.mark.concern("contracts")
+
 H = 32
 
 

@@ -14,6 +14,8 @@ import pytest
 from harness import inputs
 from harness.targets.base import LORA_ATTRIBUTES
 
+pytestmark = pytest.mark.concern("lora-metadata")
+
 
 def test_the_multimodal_class_supports_lora(target):
     assert target.lora_metadata().supports_lora
@@ -29,13 +31,14 @@ def test_lora_metadata_equals_the_language_models(target, attribute):
     assert metadata.multimodal[attribute] is not None
 
 
+@pytest.mark.concern("model")
 @pytest.mark.parametrize("temporal", [1, 2])
-def test_video_marker_tokens_use_the_base_embedding(make_shell, temporal):
-    shell = make_shell(video_temporal_patch_size=temporal)
-    group = inputs.video_pixels(shell.spec, [3, 2])
-    expected = shell.embed_multimodal(**group.kwargs)
-    shell.use_raising_lora_embedding()
-    out = shell.embed_multimodal(**group.kwargs)
+def test_video_marker_tokens_use_the_base_embedding(make_model, temporal):
+    model = make_model(video_temporal_patch_size=temporal)
+    group = inputs.video_pixels(model.spec, [3, 2])
+    expected = model.embed_multimodal(**group.kwargs)
+    with model.raising_lora_embedding():
+        out = model.embed_multimodal(**group.kwargs)
     assert len(out) == 2
     for a, b in zip(out, expected, strict=True):
         assert a.shape == b.shape

@@ -15,111 +15,113 @@ import torch
 from harness import inputs
 from harness.assertions import assert_same_tensors, raises_clear_error
 
+pytestmark = pytest.mark.concern("model")
+
 EMBED_KEYS = ("image_embeds", "video_embeds")
 
 
 @pytest.mark.parametrize("key", EMBED_KEYS)
 @pytest.mark.parametrize("form", ["stacked", "list"])
 @pytest.mark.parametrize("num_items", [1, 2, 5])
-def test_embeddings_pass_through_verbatim(shell, key, form, num_items):
-    group = inputs.embeddings(shell.spec, key, [3] * num_items, stacked=form == "stacked")
-    out = shell.embed_multimodal(**group.kwargs)
+def test_embeddings_pass_through_verbatim(model, key, form, num_items):
+    group = inputs.embeddings(model.spec, key, [3] * num_items, stacked=form == "stacked")
+    out = model.embed_multimodal(**group.kwargs)
     assert_same_tensors(out, group.expected, key)
-    assert shell.calls.vision == [], "the vision encoder ran for precomputed embeddings"
-    assert shell.calls.audio == [], "the audio encoder ran for precomputed embeddings"
+    assert model.calls.vision == [], "the vision encoder ran for precomputed embeddings"
+    assert model.calls.audio == [], "the audio encoder ran for precomputed embeddings"
 
 
 @pytest.mark.parametrize("key", EMBED_KEYS)
-def test_ragged_embedding_lists_pass_through(shell, key):
+def test_ragged_embedding_lists_pass_through(model, key):
     """Items with different row counts (images of different sizes, videos of different lengths)
     can only come as a list; each must pass through verbatim."""
-    group = inputs.embeddings(shell.spec, key, [3, 5, 1], stacked=False, seed=1)
-    out = shell.embed_multimodal(**group.kwargs)
+    group = inputs.embeddings(model.spec, key, [3, 5, 1], stacked=False, seed=1)
+    out = model.embed_multimodal(**group.kwargs)
     assert_same_tensors(out, group.expected, key)
-    assert shell.calls.vision == []
+    assert model.calls.vision == []
 
 
 @pytest.mark.parametrize("key", EMBED_KEYS)
-def test_embeddings_keep_their_dtype(shell, key):
-    group = inputs.embeddings(shell.spec, key, [4, 4], stacked=True, dtype=torch.bfloat16)
-    out = shell.embed_multimodal(**group.kwargs)
+def test_embeddings_keep_their_dtype(model, key):
+    group = inputs.embeddings(model.spec, key, [4, 4], stacked=True, dtype=torch.bfloat16)
+    out = model.embed_multimodal(**group.kwargs)
     assert_same_tensors(out, group.expected, key)
 
 
-def test_the_upstream_reproducer(shell):
+def test_the_upstream_reproducer(model):
     """PR #56398's CPU reproducer, with its own numbers: ``arange(64).reshape(2, 4, 8)``, widened
-    to the shell's hidden size."""
-    t = torch.arange(2 * 4 * shell.spec.hidden_size, dtype=torch.float32).reshape(2, 4, -1)
+    to the model's hidden size."""
+    t = torch.arange(2 * 4 * model.spec.hidden_size, dtype=torch.float32).reshape(2, 4, -1)
     for key in EMBED_KEYS:
-        out = shell.embed_multimodal(**{key: t})
+        out = model.embed_multimodal(**{key: t})
         assert_same_tensors(out, list(t.unbind(0)), key)
 
 
 @pytest.mark.parametrize(
     "order", [EMBED_KEYS, EMBED_KEYS[::-1]], ids=["image-first", "video-first"]
 )
-def test_image_and_video_embeddings_together_keep_key_order(shell, order):
+def test_image_and_video_embeddings_together_keep_key_order(model, order):
     groups = [
-        inputs.embeddings(shell.spec, key, [2 + i] * (2 + i), stacked=i == 0, seed=i)
+        inputs.embeddings(model.spec, key, [2 + i] * (2 + i), stacked=i == 0, seed=i)
         for i, key in enumerate(order)
     ]
-    out = shell.embed_multimodal(**inputs.combine(groups))
+    out = model.embed_multimodal(**inputs.combine(groups))
     assert_same_tensors(out, groups[0].expected + groups[1].expected, " + ".join(order))
-    assert shell.calls.vision == []
+    assert model.calls.vision == []
 
 
 @pytest.mark.parametrize("key", EMBED_KEYS)
-def test_embeddings_mixed_with_encoded_modalities(shell, key):
+def test_embeddings_mixed_with_encoded_modalities(model, key):
     """Embeddings of one modality next to pixels / audio of others: the embeddings still come
     back verbatim, and only the other inputs reach the encoders."""
-    spec = shell.spec
+    spec = model.spec
     embeds = inputs.embeddings(spec, key, [5, 5], stacked=True, seed=3)
     if key == "image_embeds":
         encoded = inputs.video_pixels(spec, [2])
     else:
         encoded = inputs.image_pixels(spec, [1, 2])
     audio = inputs.audio_features(spec, [1, 2])
-    out = shell.embed_multimodal(**inputs.combine([embeds, encoded, audio]))
+    out = model.embed_multimodal(**inputs.combine([embeds, encoded, audio]))
     assert len(out) == embeds.num_items + encoded.num_items + audio.num_items
     assert_same_tensors(out[: embeds.num_items], embeds.expected, key)
     # One vision call for the other modality (T = 1 frames go through as tiles), none for ours.
-    assert shell.calls.vision == ["tiles"]
-    assert shell.calls.audio == [3]
+    assert model.calls.vision == ["tiles"]
+    assert model.calls.audio == [3]
 
 
 @pytest.mark.parametrize("key", EMBED_KEYS)
-def test_none_values_are_ignored(shell, key):
+def test_none_values_are_ignored(model, key):
     """A key whose value is None means "not provided", alone or next to real inputs."""
     other = "video_embeds" if key == "image_embeds" else "image_embeds"
-    group = inputs.embeddings(shell.spec, other, [3, 3], stacked=True)
-    out = shell.embed_multimodal(**{key: None}, **group.kwargs)
+    group = inputs.embeddings(model.spec, other, [3, 3], stacked=True)
+    out = model.embed_multimodal(**{key: None}, **group.kwargs)
     assert_same_tensors(out, group.expected, other)
-    assert shell.embed_multimodal(**{key: None}) == ()
+    assert model.embed_multimodal(**{key: None}) == ()
 
 
 @pytest.mark.parametrize("key", EMBED_KEYS)
-def test_row_count_mismatch_rejected_at_the_boundary(shell, key):
+def test_row_count_mismatch_rejected_at_the_boundary(model, key):
     """Beyond upstream: when the prompt's placeholder counts are known, embeddings with another
     row count are rejected where they enter, naming the input, not later in the merge."""
-    group = inputs.embeddings(shell.spec, key, [4, 4], stacked=True)
+    group = inputs.embeddings(model.spec, key, [4, 4], stacked=True)
     with raises_clear_error(key):
-        shell.embed_multimodal_with_counts([4, 5], **group.kwargs)
+        model.embed_multimodal_with_counts([4, 5], **group.kwargs)
 
 
 @pytest.mark.parametrize("key", EMBED_KEYS)
 @pytest.mark.parametrize("form", ["stacked", "list"])
-def test_hidden_size_mismatch_rejected(shell, key, form):
+def test_hidden_size_mismatch_rejected(model, key, form):
     """Embeddings whose width is not the language model's hidden size cannot be merged; they
     must be rejected where they enter, naming the input."""
-    spec = shell.spec
+    spec = model.spec
     wrong = dataclasses.replace(spec, hidden_size=spec.hidden_size + 1)
     group = inputs.embeddings(wrong, key, [3, 3], stacked=form == "stacked")
     with raises_clear_error(key):
-        shell.embed_multimodal(**group.kwargs)
+        model.embed_multimodal(**group.kwargs)
 
 
 @pytest.mark.parametrize("key", EMBED_KEYS)
-def test_wrong_rank_rejected(shell, key):
-    t = torch.zeros(2, 3, 4, shell.spec.hidden_size)
+def test_wrong_rank_rejected(model, key):
+    t = torch.zeros(2, 3, 4, model.spec.hidden_size)
     with raises_clear_error(key):
-        shell.embed_multimodal(**{key: t})
+        model.embed_multimodal(**{key: t})

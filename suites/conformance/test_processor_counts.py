@@ -12,6 +12,8 @@ import pytest
 from reference_impl import processor
 from reference_impl.audio import AudioConfig, audio_token_count
 
+pytestmark = pytest.mark.concern("processor")
+
 SIZES = [(1, 1), (16, 3000), (700, 300), (512, 512), (1024, 520), (3000, 40), (333, 777)]
 
 

@@ -20,8 +20,11 @@ from harness.assertions import (
     is_clear_error,
     raises_clear_error,
 )
+from reference_impl.audio import subsampled_length
 from reference_impl.processor import video_replacement_ids
 from reference_impl.tokenizer import shared_tokenizer
+
+pytestmark = pytest.mark.concern("model")
 
 KIND_OF_FORM = {
     "image_embeds": "image_embeds",
@@ -43,47 +46,49 @@ def one_group(spec, form, seed=0):
 
 
 @pytest.mark.parametrize("form", inputs.FORMS)
-def test_each_form_reaches_its_modality(shell, form):
-    group = one_group(shell.spec, form)
-    parsed = shell.parse(**group.kwargs)
+def test_each_form_reaches_its_modality(model, form):
+    group = one_group(model.spec, form)
+    parsed = model.parse(**group.kwargs)
     assert list(parsed) == [group.modality], f"{form} routed to {list(parsed)}"
     assert parsed[group.modality].kind == KIND_OF_FORM[form]
     assert parsed[group.modality].num_items == group.num_items
-    out = shell.embed_multimodal(**group.kwargs)
+    out = model.embed_multimodal(**group.kwargs)
     assert len(out) == group.num_items, f"{form}: {group.num_items} items, {len(out)} outputs"
-    ran_encoder = bool(shell.calls.vision or shell.calls.audio)
+    ran_encoder = bool(model.calls.vision or model.calls.audio)
     assert ran_encoder == group.uses_encoder, (
         f"{form}: encoder ran={ran_encoder}, expected {group.uses_encoder}"
     )
 
 
-def test_image_tiles_give_their_placeholder_rows(shell):
+def test_image_tiles_give_their_placeholder_rows(model):
     """Static tiles: each image gives ``tiles * tokens_per_tile`` rows of the hidden size."""
-    group = inputs.image_pixels(shell.spec, [1, 3, 2])
-    out = shell.embed_multimodal(**group.kwargs)
-    expected = [(n * shell.spec.tokens_per_tile, shell.spec.hidden_size) for n in (1, 3, 2)]
+    group = inputs.image_pixels(model.spec, [1, 3, 2])
+    out = model.embed_multimodal(**group.kwargs)
+    expected = [(n * model.spec.tokens_per_tile, model.spec.hidden_size) for n in (1, 3, 2)]
     assert [tuple(o.shape) for o in out] == expected
 
 
-def test_videos_fill_their_whole_replacement(shell):
+def test_videos_fill_their_whole_replacement(model):
     """Each video's embedding covers every placeholder of its replacement: separator text,
     ``<img>``/``</img>`` and the context tokens, as the processor tokenises them."""
     frames = [2, 3]
-    group = inputs.video_pixels(shell.spec, frames)
-    out = shell.embed_multimodal(**group.kwargs)
-    per_frame = shell.spec.tokens_per_tile
+    group = inputs.video_pixels(model.spec, frames)
+    out = model.embed_multimodal(**group.kwargs)
+    per_frame = model.spec.tokens_per_tile
     for i, n in enumerate(frames):
         ids = video_replacement_ids(shared_tokenizer(), [per_frame] * n, list(range(n)), 500)
-        assert tuple(out[i].shape) == (len(ids), shell.spec.hidden_size), f"video {i}"
+        assert tuple(out[i].shape) == (len(ids), model.spec.hidden_size), f"video {i}"
 
 
-def test_audio_gives_valid_frames_only(shell):
-    """Audio: each item concatenates its clips' valid (unpadded) encoder frames."""
-    group = inputs.audio_features(shell.spec, [2, 1])
+def test_audio_gives_valid_frames_only(model):
+    """Audio: each item concatenates its clips' valid (unpadded) encoder frames, as many as the
+    encoder's strided convolutions leave of each clip's valid feature frames (the
+    architecture's formula, in the reference's ``subsampled_length``)."""
+    group = inputs.audio_features(model.spec, [2, 1], frames=40)
     mask = group.kwargs["feature_attention_mask"]
-    stride = shell.spec.audio_subsampling
-    valid = [(int(m.sum()) + stride - 1) // stride for m in mask]
-    out = shell.embed_multimodal(**group.kwargs)
+    sound = model.spec.vl_config().sound_config
+    valid = [subsampled_length(int(m.sum()), sound) for m in mask]
+    out = model.embed_multimodal(**group.kwargs)
     assert [o.shape[0] for o in out] == [valid[0] + valid[1], valid[2]]
 
 
@@ -94,47 +99,47 @@ def test_audio_gives_valid_frames_only(shell):
     ),
     ids=lambda order: "-".join(order),
 )
-def test_output_order_follows_first_key(shell, order):
+def test_output_order_follows_first_key(model, order):
     """Outputs come modality by modality in the order each modality's first key appears, and
     equal what each modality gives on its own."""
-    groups = [one_group(shell.spec, form, seed=i) for i, form in enumerate(order)]
-    alone = [list(shell.embed_multimodal(**g.kwargs)) for g in groups]
-    together = shell.embed_multimodal(**inputs.combine(groups))
+    groups = [one_group(model.spec, form, seed=i) for i, form in enumerate(order)]
+    alone = [list(model.embed_multimodal(**g.kwargs)) for g in groups]
+    together = model.embed_multimodal(**inputs.combine(groups))
     assert_close_tensors(together, [t for outs in alone for t in outs], "-".join(order))
-    parsed = shell.parse(**inputs.combine(groups))
+    parsed = model.parse(**inputs.combine(groups))
     assert list(parsed) == inputs.expected_modality_order(groups)
 
 
-def test_audio_position_set_by_any_audio_key(shell):
+def test_audio_position_set_by_any_audio_key(model):
     """``audio_num_clips`` or ``feature_attention_mask`` first also places audio first."""
-    audio = inputs.audio_features(shell.spec, [1])
-    images = inputs.embeddings(shell.spec, "image_embeds", [2], stacked=True)
+    audio = inputs.audio_features(model.spec, [1])
+    images = inputs.embeddings(model.spec, "image_embeds", [2], stacked=True)
     kwargs = {"audio_num_clips": audio.kwargs["audio_num_clips"], **images.kwargs}
     kwargs.update(audio.kwargs)
-    assert list(shell.parse(**kwargs)) == ["audios", "images"]
+    assert list(model.parse(**kwargs)) == ["audios", "images"]
 
 
-def test_unrelated_kwargs_are_ignored(shell):
+def test_unrelated_kwargs_are_ignored(model):
     """The model receives other arguments too; they change nothing."""
-    groups = [one_group(shell.spec, "video_embeds"), one_group(shell.spec, "pixel_values_flat")]
-    plain = shell.embed_multimodal(**inputs.combine(groups))
+    groups = [one_group(model.spec, "video_embeds"), one_group(model.spec, "pixel_values_flat")]
+    plain = model.embed_multimodal(**inputs.combine(groups))
     noisy = dict(strategies.UNRELATED_KWARGS, **inputs.combine(groups))
     noisy["input_ids"] = torch.arange(7)
     noisy["positions"] = torch.arange(7)
-    assert_close_tensors(shell.embed_multimodal(**noisy), plain, "with unrelated kwargs")
+    assert_close_tensors(model.embed_multimodal(**noisy), plain, "with unrelated kwargs")
 
 
 @pytest.mark.parametrize("modality", ["images", "videos"])
-def test_both_forms_of_one_modality_are_not_silently_dropped(shell, modality):
+def test_both_forms_of_one_modality_are_not_silently_dropped(model, modality):
     """Pixels and embeddings of the same modality in one call: either both give outputs, or a
     clear error names them. Dropping one form silently is the failure."""
-    spec = shell.spec
+    spec = model.spec
     if modality == "images":
         groups = [one_group(spec, "image_embeds"), one_group(spec, "pixel_values_flat")]
     else:
         groups = [one_group(spec, "video_embeds"), one_group(spec, "pixel_values_flat_video")]
     try:
-        out = shell.embed_multimodal(**inputs.combine(groups))
+        out = model.embed_multimodal(**inputs.combine(groups))
     except Exception as exc:
         assert_clear_error(exc, [g.form for g in groups])
         return
@@ -153,11 +158,11 @@ def test_both_forms_of_one_modality_are_not_silently_dropped(shell, modality):
         ("input_audio_features", "audio_num_clips"),
     ],
 )
-def test_incomplete_inputs_raise_a_clear_error(shell, form, missing):
-    group = one_group(shell.spec, form)
+def test_incomplete_inputs_raise_a_clear_error(model, form, missing):
+    group = one_group(model.spec, form)
     kwargs = {k: v for k, v in group.kwargs.items() if k != missing}
     with raises_clear_error(missing):
-        shell.embed_multimodal(**kwargs)
+        model.embed_multimodal(**kwargs)
 
 
 VARIANTS = {
@@ -169,16 +174,16 @@ VARIANTS = {
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
-@settings(suppress_health_check=[HealthCheck.function_scoped_fixture])  # a factory: new shell each
+@settings(suppress_health_check=[HealthCheck.function_scoped_fixture])  # a factory: new model each
 @given(data=st.data())
-def test_nothing_is_silently_dropped(make_shell, variant, data):
+def test_nothing_is_silently_dropped(make_model, variant, data):
     """Any subset of modalities, forms, item counts, key orders and unrelated keys: every
     provided item yields an output (matching what its group gives alone, in first-key order),
     or the call raises a clear error naming a provided key."""
-    shell = make_shell()
-    request = data.draw(strategies.requests(shell.spec, **VARIANTS[variant]), label="request")
+    model = make_model()
+    request = data.draw(strategies.requests(model.spec, **VARIANTS[variant]), label="request")
     try:
-        out = shell.embed_multimodal(**request.kwargs)
+        out = model.embed_multimodal(**request.kwargs)
     except Exception as exc:
         assert is_clear_error(exc, [g.form for g in request.groups]), (
             f"unclear error for forms {[g.form for g in request.groups]}: "
@@ -188,5 +193,5 @@ def test_nothing_is_silently_dropped(make_shell, variant, data):
     assert len(out) == request.num_items, (
         f"{request.num_items} items, {len(out)} outputs for {[g.form for g in request.groups]}"
     )
-    expected = [t for g in request.groups for t in shell.embed_multimodal(**g.kwargs)]
+    expected = [t for g in request.groups for t in model.embed_multimodal(**g.kwargs)]
     assert_close_tensors(out, expected, "outputs")

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.concern("typing")
+
 ROOT = Path(__file__).resolve().parents[2]
 EXPECT = re.compile(r"# expect-error: (?P<code>[a-z-]+)\s*$")
 ERROR = re.compile(r"^(?P<path>[^:]+):(?P<line>\d+): error: .*\[(?P<code>[a-z-]+)\]$")
@@ -53,14 +55,16 @@ def expected(path: Path) -> list[tuple[int, str]]:
 
 @pytest.mark.slow
 def test_passing_cases_type_check(target, mypy_errors):
-    for path in sorted(target.typing_cases().glob("pass_*.py")):
+    cases = sorted(target.typing_cases().glob("pass_*.py"))
+    assert cases, f"no pass_*.py cases in {target.typing_cases()}"
+    for path in cases:
         assert mypy_errors[path.name] == [], f"{path.name}: {mypy_errors[path.name]}"
 
 
 @pytest.mark.slow
 def test_failing_cases_fail_with_the_named_codes(target, mypy_errors):
     cases = sorted(target.typing_cases().glob("fail_*.py"))
-    assert cases
+    assert cases, f"no fail_*.py cases in {target.typing_cases()}"
     for path in cases:
         want = expected(path)
         assert want, f"{path.name} has no expect-error lines"

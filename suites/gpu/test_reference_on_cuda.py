@@ -1,4 +1,4 @@
-"""The reference wrapper on CUDA gives what it gives on CPU (run: pytest -m gpu --device cuda)."""
+"""The reference model on CUDA gives what it gives on CPU (run: pytest -m gpu --device cuda)."""
 
 from __future__ import annotations
 
@@ -7,30 +7,31 @@ import torch
 
 from harness import inputs
 from harness.assertions import assert_same_tensors
-from harness.targets.base import ShellSpec
-from harness.targets.reference import ReferenceShell
+from harness.checkpoint import ModelSpec
+from harness.targets.reference import ReferenceTarget
 
 pytestmark = pytest.mark.gpu
 
 
 def test_embeddings_pass_through_on_cuda(device):
-    shell = ReferenceShell(ShellSpec(), device)
-    group = inputs.embeddings(shell.spec, "video_embeds", [4, 4, 4], stacked=True)
-    out = shell.embed_multimodal(**group.kwargs)
+    model = ReferenceTarget().model(ModelSpec(), device)
+    group = inputs.embeddings(model.spec, "video_embeds", [4, 4, 4], stacked=True)
+    out = model.embed_multimodal(**group.kwargs)
     assert all(o.device.type == "cuda" for o in out)
     assert_same_tensors(out, group.expected, "video_embeds")
 
 
 def test_encoded_modalities_match_cpu(device):
-    spec = ShellSpec()
+    spec = ModelSpec()
     groups = [
         inputs.image_pixels(spec, [2, 1]),
         inputs.video_pixels(spec, [3]),
         inputs.audio_features(spec, [2]),
     ]
     kwargs = inputs.combine(groups)
-    on_cuda = ReferenceShell(spec, device).embed_multimodal(**kwargs)
-    on_cpu = ReferenceShell(spec, torch.device("cpu")).embed_multimodal(**kwargs)
+    target = ReferenceTarget()
+    on_cuda = target.model(spec, device).embed_multimodal(**kwargs)
+    on_cpu = target.model(spec, torch.device("cpu")).embed_multimodal(**kwargs)
     assert len(on_cuda) == len(on_cpu) == 4
     for gpu_out, cpu_out in zip(on_cuda, on_cpu, strict=True):
         assert gpu_out.device.type == "cuda"

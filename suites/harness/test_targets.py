@@ -9,7 +9,8 @@ import pytest
 
 from harness.targets import TargetLoadError, resolve_target
 from harness.targets.reference import ReferenceTarget
-from harness.targets.vllm import MODEL_MODULE, VllmFileTarget, module_name_for
+from harness.targets.vllm import VllmFileTarget
+from harness.targets.vllm.files import MODEL_MODULE, module_name_for
 from suites.harness.helpers import needs_vllm, run_suites
 
 
@@ -123,29 +124,32 @@ def test_results_json_records_target_and_outcomes(tmp_path):
     assert Path(tmp_path / "results.json").is_file()
 
 
-def test_reference_shells_of_one_spec_are_identical():
-    """Shells are deterministic: two builds (whatever the global RNG did in between) give the
-    same outputs, so CPU/CUDA and cross-target comparisons compare implementations, not seeds."""
+def test_reference_models_of_one_spec_are_identical():
+    """A model is a function of its checkpoint folder: two targets (whatever the global RNG did
+    in between) give the same outputs, so CPU/CUDA and cross-target comparisons compare
+    implementations, not seeds."""
     import torch
 
     from harness import inputs
     from harness.assertions import assert_same_tensors
-    from harness.targets.base import ShellSpec
-    from harness.targets.reference import ReferenceShell
+    from harness.checkpoint import ModelSpec
+    from harness.targets.reference import ReferenceTarget
 
-    spec = ShellSpec()
+    spec = ModelSpec()
     kwargs = inputs.combine([inputs.image_pixels(spec, [2]), inputs.audio_features(spec, [1])])
-    first = ReferenceShell(spec, torch.device("cpu")).embed_multimodal(**kwargs)
+    first = ReferenceTarget().model(spec, torch.device("cpu")).embed_multimodal(**kwargs)
     torch.randn(100)  # move the global RNG
-    second = ReferenceShell(spec, torch.device("cpu")).embed_multimodal(**kwargs)
-    assert_same_tensors(second, first, "second shell")
+    second = ReferenceTarget().model(spec, torch.device("cpu")).embed_multimodal(**kwargs)
+    assert_same_tensors(second, first, "second model")
 
 
 def test_vllm_target_without_vllm_is_unavailable(monkeypatch):
     """Without vLLM installed the vllm targets skip with this reason, they do not error."""
     from harness.targets import TargetUnavailable
-    from harness.targets import vllm as vllm_target
+    from harness.targets.vllm import runtime
+    from harness.targets.vllm import target as vllm_target
 
+    monkeypatch.setattr(runtime, "vllm_version", lambda: None)
     monkeypatch.setattr(vllm_target, "vllm_version", lambda: None)
     with pytest.raises(TargetUnavailable, match="vLLM is not installed"):
         vllm_target.VllmTarget().load()

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from harness import inputs
-from harness.targets.base import ShellSpec
+from harness.checkpoint import ModelSpec
 from reference_impl.config import ConfigError, VLConfig
 from reference_impl.model import NanoNemotronVLModel
 from reference_impl.radio import RADIO_SIZES, RadioConfig, RadioVisionModel
@@ -147,7 +147,7 @@ def test_checkpoint_loading_skips_unused_and_names_problems():
 @pytest.mark.parametrize("temporal", [1, 2])
 def test_radio_as_the_wrappers_vision_tower(temporal):
     """The wrapper with the real tower: every image and video gives its placeholder rows."""
-    spec = ShellSpec(video_temporal_patch_size=temporal, audio=False)
+    spec = ModelSpec(image_size=32, video_temporal_patch_size=temporal, audio=False)
     torch.manual_seed(0)
     tower = RadioVisionModel(tiny(video_temporal_patch_size=temporal)).eval()
     model = NanoNemotronVLModel(

@@ -1,0 +1,266 @@
+"""Tiny checkpoint folders that a user could point vLLM at, written from the reference.
+
+One function, :func:`write_checkpoint`, writes a folder a serving engine reads as it reads a
+real checkpoint: ``config.json`` in the checkpoint's top-level form (``auto_map`` to the
+configuration module in ``fixtures/checkpoint/``, loaded with ``trust_remote_code``), the
+tokenizer files of our in-code tokenizer with the model's special tokens, and
+``model.safetensors`` in checkpoint naming. Every tensor is random (norms and biases too), so a
+tensor loaded under the wrong name cannot match by accident.
+
+:class:`ModelSpec` names a variant: the language model's shape (V2: Mamba, MLP and attention
+layers; Omni: Mamba, MoE and attention layers), static tiles or dynamic resolution, with or
+without audio, the video temporal patch ``T``, MTP layers. The vision tower is RADIO
+``vit_small_patch16_224`` (384 wide, 12 layers): vLLM sizes RADIO from its model-name table with
+no depth override on this path, and this is the smallest entry.
+"""
+
+from __future__ import annotations
+
+import atexit
+import dataclasses
+import json
+import shutil
+import tempfile
+import threading
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import torch
+
+from harness import ROOT
+from reference_impl import presets
+from reference_impl.audio import AudioConfig
+from reference_impl.checkpoint import checkpoint_state_dict, vl_config_to_hf_dict
+from reference_impl.config import VLConfig
+from reference_impl.dummy import minimal_vl_config
+from reference_impl.model import NanoNemotronVLForConditionalGeneration
+from reference_impl.radio import RADIO_SIZES
+from reference_impl.tokenizer import VOCAB_SIZE, build_tokenizer, build_tokenizer_object
+
+CONFIG_MODULE = ROOT / "fixtures" / "checkpoint" / "configuration_nano_nemotron_vl.py"
+RADIO_MODEL = "vit_small_patch16_224"
+AUTO_CONFIG = f"{CONFIG_MODULE.stem}.NanoNemotronVLConfig"
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A variant of the tiny checkpoint, and the sizes the suites read from it.
+
+    The default is the Omni-shaped language model with static 64 px tiles, ``T = 1`` and audio.
+    """
+
+    language_model: Literal["v2", "omni"] = "v2"
+    dynamic_resolution: bool = False
+    audio: bool = True
+    video_temporal_patch_size: int = 1
+    mtp: bool = False
+
+    # Sizes shared by every variant.
+    hidden_size: int = 64
+    image_size: int = 64  # a static tile's side: a 4 x 4 patch grid, 4 embedding rows
+    projector_hidden_size: int = 64
+    num_mel_bins: int = 16
+
+    def __post_init__(self) -> None:
+        if self.language_model not in ("v2", "omni"):
+            raise ValueError(
+                f"ModelSpec.language_model: expected 'v2' or 'omni', got {self.language_model!r}"
+            )
+        if self.video_temporal_patch_size not in (1, 2):
+            raise ValueError(
+                "ModelSpec.video_temporal_patch_size: expected 1 or 2, got "
+                f"{self.video_temporal_patch_size!r}"
+            )
+
+    @property
+    def patch_size(self) -> int:
+        return 16
+
+    @property
+    def vit_hidden_size(self) -> int:
+        return RADIO_SIZES[RADIO_MODEL][0]
+
+    @property
+    def tokens_per_tile(self) -> int:
+        return self.vl_config().num_image_token
+
+    @property
+    def slug(self) -> str:
+        parts = [
+            self.language_model,
+            "dynamic" if self.dynamic_resolution else "static",
+            "audio" if self.audio else "no-audio",
+            f"t{self.video_temporal_patch_size}",
+        ]
+        if self.mtp:
+            parts.append("mtp")
+        return "-".join(parts)
+
+    def vl_config(self) -> VLConfig:
+        """The reference config this checkpoint is written from."""
+        return _vl_config(self)
+
+
+_CONFIGS: dict[ModelSpec, VLConfig] = {}
+
+
+def _vl_config(spec: ModelSpec) -> VLConfig:
+    if spec in _CONFIGS:
+        return _CONFIGS[spec]
+    base = (
+        presets.nemotron_3_nano_omni()
+        if spec.language_model == "omni"
+        else presets.nemotron_nano_12b_v2_vl()
+    )
+    hidden, layers, heads, mlp = RADIO_SIZES[RADIO_MODEL]
+    text = {
+        "vocab_size": VOCAB_SIZE,
+        "hidden_size": spec.hidden_size,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "head_dim": spec.hidden_size // 4,
+        "mamba_num_heads": 4,
+        "mamba_head_dim": spec.hidden_size // 4,
+        "n_groups": 2,
+        "ssm_state_size": 16,
+        "chunk_size": 16,
+        "intermediate_size": 2 * spec.hidden_size,
+        "moe_intermediate_size": 32,
+        "moe_shared_expert_intermediate_size": 48,
+        "num_nextn_predict_layers": 1 if spec.mtp else 0,
+    }
+    vision = {
+        "model_name": RADIO_MODEL,
+        "hidden_size": hidden,
+        "num_layers": layers,
+        "num_heads": heads,
+        "mlp_size": mlp,
+        "patch_size": spec.patch_size,
+        "image_size": spec.image_size,
+        "cpe_max_size": 256,
+        "register_multiple": 8,
+        "video_temporal_patch_size": spec.video_temporal_patch_size,
+    }
+    sound = {
+        "hidden_size": 32,
+        "num_hidden_layers": 1,
+        "num_attention_heads": 4,
+        "intermediate_size": 64,
+        "subsampling_conv_channels": 8,
+        "projection_hidden_size": 48,
+        "num_mel_bins": spec.num_mel_bins,
+        "conv_kernel_size": 5,
+    }
+    overrides: dict[str, object] = {
+        "text_config": text,
+        "vision_config": vision,
+        "projector_hidden_size": spec.projector_hidden_size,
+        "force_image_size": spec.image_size,
+        "max_num_tiles": 4,
+        "max_model_len": 4096,
+        "dynamic_resolution": spec.dynamic_resolution,
+        "min_num_patches": 1,
+        "max_num_patches": 64 if spec.dynamic_resolution else 0,
+    }
+    if spec.audio:
+        overrides["sound_config"] = sound
+    if spec.audio and base.sound_config is None:  # a V2-shaped LM with an audio tower
+        base = dataclasses.replace(base, sound_config=AudioConfig(llm_hidden_size=base.hidden_size))
+    elif not spec.audio:
+        base = dataclasses.replace(base, sound_config=None, has_audio=False)
+    config = minimal_vl_config(base, overrides=overrides)
+    _CONFIGS[spec] = config
+    return config
+
+
+# ---------------------------------------------------------------------------------------------
+# Weights
+
+
+def _random_like(name: str, tensor: torch.Tensor, seed: int) -> torch.Tensor:
+    """A random tensor for ``name``, drawn from ``seed`` and the name alone: norms scatter
+    around 1 (variances stay positive), everything else around 0."""
+    if not tensor.is_floating_point():
+        return tensor.clone()
+    g = torch.Generator().manual_seed(seed * 1_000_003 + zlib.crc32(name.encode()))
+    noise = torch.randn(tensor.shape, generator=g, dtype=torch.float32)
+    if name.endswith("running_var"):
+        return 1.0 + 0.1 * noise.abs()
+    if tensor.dim() == 1 and "norm" in name.lower():
+        return 1.0 + 0.1 * noise
+    return noise * (0.1 if tensor.dim() <= 1 else 0.02)
+
+
+def random_checkpoint(config: VLConfig, seed: int = 0) -> dict[str, torch.Tensor]:
+    """The reference model of ``config`` with every tensor random, in checkpoint naming."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = NanoNemotronVLForConditionalGeneration(config, build_tokenizer())
+    weights = checkpoint_state_dict(model)
+    return {name: _random_like(name, t, seed) for name, t in weights.items()}
+
+
+# ---------------------------------------------------------------------------------------------
+# The folder
+
+
+def write_tokenizer(folder: Path) -> None:
+    """``tokenizer.json`` and ``tokenizer_config.json`` of the in-code tokenizer."""
+    build_tokenizer_object().save(str(folder / "tokenizer.json"))
+    (folder / "tokenizer_config.json").write_text(
+        json.dumps(
+            {
+                "tokenizer_class": "PreTrainedTokenizerFast",
+                "bos_token": "<s>",
+                "eos_token": "</s>",
+                "unk_token": "<unk>",
+                "model_max_length": 4096,
+            },
+            indent=2,
+        )
+    )
+
+
+def write_checkpoint(
+    spec: ModelSpec, folder: Path, *, seed: int = 0, dtype: torch.dtype = torch.bfloat16
+) -> Path:
+    """Write the checkpoint folder of ``spec`` into ``folder`` (created); returns it."""
+    from safetensors.torch import save_file
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    config = spec.vl_config()
+    dtype_name = str(dtype).removeprefix("torch.")
+    data = vl_config_to_hf_dict(config)
+    data["auto_map"] = {"AutoConfig": AUTO_CONFIG}
+    data["torch_dtype"] = dtype_name
+    data["text_config"]["torch_dtype"] = dtype_name
+    (folder / "config.json").write_text(json.dumps(data, indent=2))
+    shutil.copyfile(CONFIG_MODULE, folder / CONFIG_MODULE.name)
+    write_tokenizer(folder)
+    weights = {
+        name: (t.to(dtype) if t.is_floating_point() else t)
+        for name, t in random_checkpoint(config, seed).items()
+    }
+    save_file(weights, str(folder / "model.safetensors"), metadata={"format": "pt"})
+    return folder
+
+
+_FOLDERS: dict[tuple[ModelSpec, int], Path] = {}
+_FOLDERS_LOCK = threading.Lock()
+_ROOT: list[Path] = []
+
+
+def checkpoint_folder(spec: ModelSpec, seed: int = 0) -> Path:
+    """The folder of ``spec``, written once per process into a temporary root removed at exit."""
+    with _FOLDERS_LOCK:
+        key = (spec, seed)
+        if key not in _FOLDERS:
+            if not _ROOT:
+                root = Path(tempfile.mkdtemp(prefix="nemotron-vl-checkpoints-"))
+                atexit.register(shutil.rmtree, root, ignore_errors=True)
+                _ROOT.append(root)
+            _FOLDERS[key] = write_checkpoint(spec, _ROOT[0] / f"{spec.slug}-seed{seed}", seed=seed)
+        return _FOLDERS[key]

@@ -1,0 +1,189 @@
+"""vLLM builds and loads a checkpoint folder as it does for a user, on CPU.
+
+- :func:`engine_config`: ``ModelConfig`` and ``VllmConfig`` from the folder (offline,
+  ``trust_remote_code`` for the folder's configuration module, ``enable_mm_embeds`` so embedding
+  inputs are accepted; every modality limit 0 for text-only; ``hf_overrides`` as given).
+- :func:`build_and_load`: the model class from vLLM's registry (checked to be the class of the
+  file under test), then the steps of vLLM's ``BaseModelLoader.load_model``: its constructor
+  (``create_model``), ``DefaultModelLoader.load_weights`` reading the folder's safetensors, and
+  ``process_weights_after_loading``; each step timed.
+- :func:`expected_parameter`: which checkpoint tensor each vLLM parameter must hold (facts about
+  vLLM's naming: fused q/k/v, ``A = -exp(A_log)``, the padded vocabulary, RADIO's renamed blocks,
+  the sound projection's names).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import types
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from harness.targets.base import TargetLoadError
+from harness.targets.vllm.runtime import init_cpu_runtime, without_avx512_bf16
+
+#: Modalities whose limits a text-only engine sets to 0.
+MODALITIES = ("image", "video", "audio")
+MAX_MODEL_LEN = 4096
+
+
+@dataclass
+class Timings:
+    """Seconds spent in each step of building one model."""
+
+    config_s: float = 0.0
+    construct_s: float = 0.0
+    load_s: float = 0.0
+    post_load_s: float = 0.0
+    steps: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, float]:
+        return {
+            "config_s": round(self.config_s, 3),
+            "construct_s": round(self.construct_s, 3),
+            "load_s": round(self.load_s, 3),
+            "post_load_s": round(self.post_load_s, 3),
+        }
+
+
+def engine_config(
+    folder: Path, *, text_only: bool = False, hf_overrides: Mapping[str, Any] | None = None
+) -> Any:
+    """A ``VllmConfig`` for the checkpoint ``folder``, as ``vllm serve FOLDER`` would make it."""
+    init_cpu_runtime()
+    from vllm.config import DeviceConfig, LoadConfig, ModelConfig, VllmConfig
+
+    model_config = ModelConfig(
+        model=str(folder),
+        tokenizer=str(folder),
+        trust_remote_code=True,
+        enable_mm_embeds=True,
+        max_model_len=MAX_MODEL_LEN,
+        limit_mm_per_prompt=dict.fromkeys(MODALITIES, 0) if text_only else None,
+        hf_overrides=json.loads(json.dumps(dict(hf_overrides or {}))),  # a private copy
+    )
+    return VllmConfig(
+        model_config=model_config, device_config=DeviceConfig("cpu"), load_config=LoadConfig()
+    )
+
+
+def registered_class(module: types.ModuleType, vllm_config: Any) -> type[torch.nn.Module]:
+    """The class vLLM's registry resolves for the folder's architecture; it must be the class
+    of the file under test (``vllm-file:`` targets replace the module the registry imports)."""
+    from vllm.model_executor.model_loader.utils import get_model_architecture
+
+    cls, arch = get_model_architecture(vllm_config.model_config)
+    expected = module.NemotronH_Nano_VL_V2
+    if cls is not expected:
+        raise TargetLoadError(
+            f"vLLM's registry resolved {arch!r} to {cls.__module__}.{cls.__qualname__}, not the "
+            f"class of the file under test ({getattr(module, '__file__', '?')})"
+        )
+    return expected
+
+
+def construct(module: types.ModuleType, vllm_config: Any) -> torch.nn.Module:
+    """vLLM's constructor for the registered class, as its loader calls it (default dtype the
+    model's, parameters on the CPU); weights not loaded."""
+    from vllm.model_executor.model_loader import get_model_loader
+    from vllm.utils.torch_utils import set_default_torch_dtype
+
+    registered_class(module, vllm_config)
+    loader = get_model_loader(vllm_config.load_config)
+    model_config = vllm_config.model_config
+    with set_default_torch_dtype(model_config.dtype), torch.device("cpu"):
+        model: torch.nn.Module = loader.create_model(
+            vllm_config=vllm_config, model_config=model_config
+        )
+    return model
+
+
+def build_and_load(
+    module: types.ModuleType, folder: Path, timings: Timings | None = None
+) -> torch.nn.Module:
+    """Build the folder's model with vLLM's constructor and load it with vLLM's loader."""
+    from vllm.model_executor.model_loader import get_model_loader
+    from vllm.model_executor.model_loader.utils import process_weights_after_loading
+
+    timings = timings if timings is not None else Timings()
+    start = time.perf_counter()
+    vllm_config = engine_config(folder)
+    timings.config_s = time.perf_counter() - start
+    start = time.perf_counter()
+    model = construct(module, vllm_config)
+    timings.construct_s = time.perf_counter() - start
+    start = time.perf_counter()
+    model_config = vllm_config.model_config
+    get_model_loader(vllm_config.load_config).load_weights(model, model_config)
+    timings.load_s = time.perf_counter() - start
+    start = time.perf_counter()
+    with without_avx512_bf16():
+        process_weights_after_loading(model, model_config, torch.device("cpu"))
+    timings.post_load_s = time.perf_counter() - start
+    return model.eval()
+
+
+# ---------------------------------------------------------------------------------------------
+# Which checkpoint tensor each vLLM parameter holds
+
+#: Parameters vLLM's constructor initialises and its loader never loads, with the value the
+#: architecture gives them: RADIO's layer scales are identity in these checkpoints.
+CONSTRUCTOR_INITIALISED = (".ls1", ".ls2")
+
+
+def checkpoint_name(name: str) -> str | None:
+    """The checkpoint tensor a vLLM parameter or buffer is loaded from (before fusing); None
+    for one with no checkpoint source."""
+    if name.endswith(CONSTRUCTOR_INITIALISED) or name.endswith("num_batches_tracked"):
+        return None
+    if name.startswith("language_model.model."):
+        rest = name.removeprefix("language_model.model.")
+        rest = rest.replace("embed_tokens.", "embeddings.").replace("mixer.A", "mixer.A_log")
+        return "language_model.backbone." + rest
+    if name.startswith("language_model.lm_head."):
+        return name
+    if name.startswith("vision_model.model.patch_generator."):
+        return "vision_model.radio_model." + name.removeprefix("vision_model.")
+    if name.startswith("vision_model.model.encoder.layers."):
+        return "vision_model.radio_model.model.blocks." + name.removeprefix(
+            "vision_model.model.encoder.layers."
+        )
+    if name.startswith("vision_final_layernorm."):
+        return "vision_projector." + name
+    if name.startswith("mlp1."):
+        return name
+    if name.startswith("sound_encoder.projection."):
+        return "sound_projection." + name.removeprefix("sound_encoder.projection.")
+    if name.startswith("sound_encoder.encoder."):
+        return name
+    return None
+
+
+def expected_parameter(
+    name: str, shape: torch.Size, checkpoint: Mapping[str, torch.Tensor]
+) -> torch.Tensor | None:
+    """The value vLLM's parameter ``name`` must hold after loading ``checkpoint``; None when the
+    parameter has no checkpoint source (then :data:`CONSTRUCTOR_INITIALISED` applies)."""
+    source = checkpoint_name(name)
+    if source is None:
+        return None
+    if source.endswith("qkv_proj.weight"):
+        parts = [checkpoint[source.replace("qkv_proj", p)] for p in ("q_proj", "k_proj", "v_proj")]
+        return torch.cat(parts)
+    if source.endswith("mixer.A_log"):
+        return -torch.exp(checkpoint[source].float())
+    tensor = checkpoint[source]
+    if source.endswith(("embeddings.weight", "lm_head.weight")) and shape[0] > tensor.shape[0]:
+        padded = torch.zeros(shape, dtype=tensor.dtype)
+        padded[: tensor.shape[0]] = tensor
+        return padded  # rows past the vocabulary: the padding of vLLM's vocab-parallel layers
+    return tensor
+
+
+#: Checkpoint prefixes of the towers and the connector (vLLM's loader skips them text-only).
+TOWER_PREFIXES = ("vision_model.", "mlp1.", "vision_projector.", "sound_")

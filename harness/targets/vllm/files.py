@@ -1,0 +1,122 @@
+"""Model files from any vLLM revision or pull request, loaded in place of the installed modules.
+
+A file replaces the installed module with the same path under ``vllm/`` (a bare file name names
+one of the model's own modules); its own imports resolve against the installed vLLM. When only
+some of the model's modules are replaced, the installed VL module is re-executed so that its
+``from .radio import RadioModel``-style bindings see the replacements.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import types
+from collections.abc import Sequence
+from pathlib import Path
+
+from harness.targets.base import TargetLoadError, TargetUnavailable
+from harness.targets.vllm.runtime import import_vllm_module, vllm_version
+
+MODEL_MODULE = "vllm.model_executor.models.nano_nemotron_vl"
+# The files a pull request to this model usually touches, by module name.
+MODEL_FAMILY_MODULES = (
+    "vllm.transformers_utils.processors.nano_nemotron_vl",
+    "vllm.model_executor.models.radio",
+    "vllm.model_executor.models.parakeet",
+    "vllm.model_executor.models.nemotron_h",
+    MODEL_MODULE,
+)
+# A bare file name (no ``vllm/`` in its path) names one of these modules.
+BARE_FILE_NAMES = {
+    "nano_nemotron_vl.py": MODEL_MODULE,
+    "radio.py": "vllm.model_executor.models.radio",
+    "parakeet.py": "vllm.model_executor.models.parakeet",
+    "nemotron_h.py": "vllm.model_executor.models.nemotron_h",
+}
+
+
+def module_name_for(path: Path) -> str:
+    """The vLLM module a file replaces: its path from the last ``vllm/`` component, or for a bare
+    file name one of the model's own modules."""
+    parts = path.resolve().parts
+    if "vllm" in parts[:-1]:
+        start = len(parts) - 1 - parts[::-1].index("vllm")
+        return ".".join((*parts[start:-1], path.stem))
+    if path.name in BARE_FILE_NAMES:
+        return BARE_FILE_NAMES[path.name]
+    raise TargetLoadError(
+        f"vllm-file: cannot tell which vLLM module {path} replaces: give it a path under a "
+        f"'vllm/' folder (e.g. .../vllm/model_executor/models/{path.name}) or one of the "
+        f"names {sorted(BARE_FILE_NAMES)}"
+    )
+
+
+def _load_order(name: str) -> int:
+    # Leaves first: processors and configs, then the towers and the LM, the VL model last.
+    if name == MODEL_MODULE:
+        return 2
+    if name.startswith("vllm.model_executor."):
+        return 1
+    return 0
+
+
+def load_model_files(paths: Sequence[Path]) -> types.ModuleType:
+    """Load ``paths`` in place of the installed modules; return the VL model module.
+
+    When only some of the model's modules are replaced, the installed VL model module is
+    re-executed too, so that its ``from .radio import RadioModel``-style bindings see the
+    replacements.
+    """
+    import_vllm_module("vllm")
+    targets: dict[str, Path] = {}
+    for path in paths:
+        if not path.is_file():
+            raise TargetLoadError(f"vllm-file: {path}: no such file")
+        name = module_name_for(path)
+        if name in targets:
+            raise TargetLoadError(f"vllm-file: {path} and {targets[name]} both replace {name}")
+        targets[name] = path
+    if MODEL_MODULE not in targets:
+        installed = importlib.util.find_spec(MODEL_MODULE)
+        if installed is None or installed.origin is None:
+            raise TargetUnavailable(f"{MODEL_MODULE} is not in the installed vLLM")
+        targets[MODEL_MODULE] = Path(installed.origin)
+
+    saved = {name: sys.modules.get(name) for name in targets}
+    try:
+        for name in sorted(targets, key=_load_order):
+            _exec_in_place(name, targets[name])
+    except BaseException:
+        for name, module in saved.items():
+            if module is None:
+                sys.modules.pop(name, None)
+            else:
+                sys.modules[name] = module
+        raise
+    return sys.modules[MODEL_MODULE]
+
+
+def _exec_in_place(name: str, path: Path) -> None:
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise TargetLoadError(f"vllm-file: {path}: not a loadable Python file")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    parent_name, _, child = name.rpartition(".")
+    try:
+        spec.loader.exec_module(module)
+    except ImportError as e:
+        missing = e.name or str(e)
+        raise TargetLoadError(
+            f"vllm-file: {path}: the installed vLLM {vllm_version()} lacks {missing!r} "
+            f"({e}); this file needs a newer or different vLLM"
+        ) from e
+    except SyntaxError as e:
+        raise TargetLoadError(f"vllm-file: {path}:{e.lineno}: syntax error: {e.msg}") from e
+    except Exception as e:
+        raise TargetLoadError(
+            f"vllm-file: {path}: failed while importing as {name}: {type(e).__name__}: {e}"
+        ) from e
+    parent = sys.modules.get(parent_name)
+    if parent is not None:
+        setattr(parent, child, module)

@@ -1,0 +1,83 @@
+"""vLLM's ``NemotronH_Nano_VL_V2`` built from a checkpoint folder, as the suites drive it.
+
+The towers are vLLM's own (``RadioModel``, ``mlp1``, ``ProjectedParakeet``); forward pre-hooks
+record each call into :class:`EncoderCalls` without changing what runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+
+from harness.checkpoint import ModelSpec
+from harness.targets.base import EncoderCalls, MultimodalModel, ParsedModality
+
+
+class VllmModel(MultimodalModel):
+    def __init__(self, model: Any, spec: ModelSpec) -> None:
+        calls = EncoderCalls()
+        dtype = next(model.mlp1.parameters()).dtype
+        super().__init__(spec, calls, torch.device("cpu"), dtype)
+        self.model = model
+        model.vision_model.register_forward_pre_hook(self._record_vision, with_kwargs=True)
+        if model.sound_encoder is not None:
+            model.sound_encoder.register_forward_pre_hook(self._record_audio)
+
+    def _record_vision(self, module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        if kwargs.get("imgs_sizes") is not None:
+            self.calls.vision.append("dynamic")
+        elif kwargs.get("num_frames") is not None:
+            self.calls.vision.append("video")
+        else:
+            self.calls.vision.append("tiles")
+
+    def _record_audio(self, module: Any, args: tuple[Any, ...]) -> None:
+        self.calls.audio.append(int(args[0].shape[0]))
+
+    @contextlib.contextmanager
+    def raising_lora_embedding(self) -> Iterator[None]:
+        from vllm.lora.layers.base import BaseLayerWithLoRA
+
+        class RaisingEmbeddingWithLoRA(BaseLayerWithLoRA):  # type: ignore[misc]
+            """vLLM's LoRA wrapper base class, refusing to run."""
+
+            def forward(self, *args: Any, **kwargs: Any) -> Any:
+                raise RuntimeError("the LoRA wrapper embedded tokens that have no mapping entry")
+
+        backbone = self.model.language_model.model
+        original = backbone.embed_tokens
+        wrapper = RaisingEmbeddingWithLoRA()
+        wrapper.base_layer = original
+        backbone.embed_tokens = wrapper
+        try:
+            yield
+        finally:
+            backbone.embed_tokens = original
+
+    def _parse(self, **kwargs: object) -> dict[str, ParsedModality]:
+        parsed = self.model._parse_and_validate_multimodal_inputs(**kwargs)
+        return {modality: _normalise(inputs) for modality, inputs in parsed.items()}
+
+    def _embed(
+        self, placeholder_counts: list[int] | None, **kwargs: object
+    ) -> tuple[torch.Tensor, ...]:
+        # vLLM has no placeholder-count check at this boundary: the counts are not passed.
+        return tuple(self.model.embed_multimodal(**kwargs))
+
+
+def _normalise(inputs: Any) -> ParsedModality:
+    if inputs is None:
+        return ParsedModality(kind="none", num_items=0)
+    kind = str(inputs["type"])
+    if kind in ("image_embeds", "video_embeds"):
+        count = len(inputs["data"])
+    elif kind == "pixel_values_dynamic":
+        count = len(inputs["num_tokens_per_image"])
+    elif kind == "audio_features":
+        count = len(inputs["audio_num_clips"])
+    else:
+        count = len(inputs["num_patches"])
+    return ParsedModality(kind=kind, num_items=count)

@@ -1,0 +1,431 @@
+"""The ``vllm`` and ``vllm-file:PATH[,PATH...]`` targets.
+
+``vllm`` is the installed vLLM's ``NemotronH_Nano_VL_V2``; ``vllm-file:`` loads model files from
+any vLLM revision or pull request in place of the installed modules (:mod:`.files`).
+
+The model is built as for a user (:mod:`.build`): a checkpoint folder (:mod:`harness.checkpoint`),
+vLLM's ``ModelConfig`` and registry, its constructor, its loader and post-load processing, on
+CPU (:mod:`.runtime`). Only the processing metadata runs on a shell: a
+``NanoNemotronVLProcessingInfo`` made without its constructor, on a context whose processor
+factory refuses to run.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import types
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import torch
+
+from harness import ROOT
+from harness.checkpoint import ModelSpec, checkpoint_folder
+from harness.targets.base import (
+    FUNCTIONS,
+    REAL_MODEL,
+    SHELL,
+    DeepcopyRefused,
+    LiveParameter,
+    LoadedWeights,
+    LoRAMetadata,
+    MambaStateInfo,
+    MinimalBuild,
+    MultimodalModel,
+    ProcessorCounts,
+    ProcessorMetadata,
+    Target,
+    TargetIdentity,
+    TargetLoadError,
+    lora_attributes,
+    sha256_of,
+)
+from harness.targets.vllm import build
+from harness.targets.vllm.files import (
+    MODEL_FAMILY_MODULES,
+    MODEL_MODULE,
+    load_model_files,
+    module_name_for,
+)
+from harness.targets.vllm.model import VllmModel
+from harness.targets.vllm.runtime import import_vllm_module, vllm_version, without_avx512_bf16
+from harness.weight_streams import recording_reads
+from reference_impl.checkpoint import read_weights
+from reference_impl.config import NemotronHConfig
+from reference_impl.tokenizer import IMG_CONTEXT, IMG_END, IMG_START
+
+#: What each concern of the suites runs on, for this target.
+CHECK_PATHS = {
+    "model": REAL_MODEL,
+    "weights": REAL_MODEL,
+    "minimal": REAL_MODEL,
+    "metadata": SHELL,
+}
+
+
+class RefusingMetadata(ProcessorMetadata):
+    """vLLM's ``NanoNemotronVLProcessingInfo`` on a context whose processor factory refuses."""
+
+    check_path = SHELL
+
+    def __init__(self, module: types.ModuleType, hf_config: Any, tokenizer: object) -> None:
+        self.module = module
+
+        class RefusingContext:
+            """The processing context, with a processor factory that refuses to run."""
+
+            model_config = SimpleNamespace(max_model_len=build.MAX_MODEL_LEN, hf_config=hf_config)
+
+            def get_hf_config(self, *args: object, **kwargs: object) -> Any:
+                return hf_config
+
+            def get_tokenizer(self) -> Any:
+                return tokenizer
+
+            def init_processor(self, *args: object, **kwargs: object) -> Any:
+                raise AssertionError("a metadata path built the processor")
+
+            def get_mm_config(self) -> Any:
+                return SimpleNamespace(video_pruning_rate=None)
+
+        self.context = RefusingContext()
+
+    def _info(self) -> Any:
+        made = object.__new__(self.module.NanoNemotronVLProcessingInfo)
+        made.ctx = self.context
+        return made
+
+    def supports_video(self) -> bool:
+        return bool(self._info().supports_video)
+
+    def supports_audio(self) -> bool:
+        return bool(self._info().supports_audio)
+
+    def is_dynamic_tiler(self) -> bool:
+        return bool(self._info().is_dynamic_tiler)
+
+
+class VllmTarget(Target):
+    """The installed vLLM."""
+
+    deviations_name = "vllm"
+
+    def __init__(self) -> None:
+        self._module: types.ModuleType | None = None
+        self._models: dict[ModelSpec, VllmModel] = {}
+        self._fresh: dict[tuple[ModelSpec, bool], torch.nn.Module] = {}
+        self._configs: dict[str, Any] = {}
+        #: seconds per step of each model built, by spec (reported in the results)
+        self.timings: dict[str, dict[str, float]] = {}
+
+    @property
+    def name(self) -> str:
+        return "vllm"
+
+    def load(self) -> types.ModuleType:
+        # One target per process: the harness never mixes ``vllm`` and ``vllm-file:`` in one.
+        if self._module is None:
+            start = time.perf_counter()
+            self._module = import_vllm_module(MODEL_MODULE)
+            self.timings["import"] = {"import_s": round(time.perf_counter() - start, 3)}
+        return self._module
+
+    def identity(self) -> TargetIdentity:
+        import importlib.util
+
+        version = vllm_version()
+        if version is None:
+            return TargetIdentity(name=self.name, version="not installed")
+        files = {}
+        for name in MODEL_FAMILY_MODULES:
+            found = importlib.util.find_spec(name)
+            if found is not None and found.origin:
+                rel = name.replace(".", "/") + ".py"
+                files[rel] = sha256_of(Path(found.origin))
+        return TargetIdentity(name=self.name, version=version, files=files)
+
+    def check_path(self, concern: str) -> str:
+        return CHECK_PATHS.get(concern, FUNCTIONS)
+
+    # The model ---------------------------------------------------------------------------
+
+    def model(self, spec: ModelSpec, device: torch.device) -> MultimodalModel:
+        if spec not in self._models:
+            module = self.load()
+            start = time.perf_counter()
+            folder = checkpoint_folder(spec)
+            written = time.perf_counter() - start
+            timings = build.Timings()
+            built = build.build_and_load(module, folder, timings)
+            self.timings[spec.slug] = {"checkpoint_s": round(written, 3), **timings.as_dict()}
+            self._models[spec] = VllmModel(built, spec)
+        model = self._models[spec]
+        model.calls.reset()
+        return model
+
+    # Weight loading ----------------------------------------------------------------------
+
+    def load_weights(
+        self,
+        spec: ModelSpec,
+        weights: Iterable[tuple[str, torch.Tensor]],
+        *,
+        text_only: bool = False,
+    ) -> LoadedWeights:
+        model = self._fresh_model(spec, text_only)
+        checkpoint = read_weights(checkpoint_folder(spec))
+        params = dict(model.named_parameters())
+        with torch.no_grad():
+            for name, param in params.items():
+                if build.checkpoint_name(name) is not None and param.is_floating_point():
+                    param.fill_(float("nan"))  # a parameter the loader leaves alone stays NaN
+        reads: list[str] = []
+        model.load_weights(recording_reads(weights, build.TOWER_PREFIXES, reads))
+        not_loaded, differing = [], []
+        with torch.no_grad():
+            for name, param in params.items():
+                expected = build.expected_parameter(name, param.shape, checkpoint)
+                if expected is None:
+                    if name.endswith(build.CONSTRUCTOR_INITIALISED) and not torch.equal(
+                        param, torch.ones_like(param)
+                    ):
+                        differing.append(f"{name}: not the identity layer scale")
+                    continue
+                if param.is_floating_point() and torch.isnan(param).any():
+                    not_loaded.append(name)
+                elif expected.shape != param.shape:
+                    differing.append(
+                        f"{name}: shape {tuple(param.shape)}, checkpoint {tuple(expected.shape)}"
+                    )
+                elif not torch.equal(param.to(expected.dtype), expected):
+                    diff = (param.float() - expected.float()).abs().max().item()
+                    differing.append(f"{name}: max |difference| {diff:.3g}")
+        return LoadedWeights(not_loaded, differing, reads)
+
+    def _fresh_model(self, spec: ModelSpec, text_only: bool) -> torch.nn.Module:
+        """A model of ``spec`` from vLLM's constructor, weights not loaded (one per spec and
+        mode; every load check poisons its parameters first)."""
+        key = (spec, text_only)
+        if key not in self._fresh:
+            vllm_config = build.engine_config(checkpoint_folder(spec), text_only=text_only)
+            self._fresh[key] = build.construct(self.load(), vllm_config)
+        return self._fresh[key]
+
+    # Input contracts ---------------------------------------------------------------------
+
+    def validate_contract(self, kind: str, fields: dict[str, object], hidden_size: int) -> None:
+        m, f = self.load(), fields
+        if kind == "image_embeds":
+            m.NanoNemotronVLImageEmbeddingInputs(type="image_embeds", data=f["image_embeds"])
+        elif kind == "video_embeds":
+            m.NanoNemotronVLVideoEmbeddingInputs(type="video_embeds", data=f["video_embeds"])
+        elif kind == "pixel_values":
+            m.NanoNemotronVLImagePixelInputs(
+                pixel_values_flat=f["pixel_values_flat"], num_patches=f["image_num_patches"]
+            )
+        elif kind == "pixel_values_videos":
+            m.NanoNemotronVLVideoPixelInputs(
+                type="pixel_values_videos",
+                pixel_values_flat=f["pixel_values_flat_video"],
+                num_patches=f["video_num_patches"],
+                frames_indices=f["frames_indices"],
+                frame_duration_ms=f["frame_duration_ms"],
+            )
+        elif kind == "audio_features":
+            m.NanoNemotronVLAudioFeatureInputs(
+                input_audio_features=f["input_audio_features"],
+                feature_attention_mask=f["feature_attention_mask"],
+                audio_num_clips=f["audio_num_clips"],
+            )
+        else:
+            raise ValueError(f"kind: unknown input kind {kind!r}")
+
+    # Configs -----------------------------------------------------------------------------
+
+    def mamba_state(self, text_config: NemotronHConfig, tp_size: int) -> MambaStateInfo:
+        module = self.load()
+        from vllm.config import VllmConfig
+        from vllm.model_executor.layers.mamba.mamba_utils import is_conv_state_dim_first
+
+        fields = {k: v for k, v in text_config.to_transformers_dict().items() if k != "model_type"}
+        key = json.dumps(fields, sort_keys=True)
+        if key not in self._configs:
+            self._configs[key] = build.engine_config(
+                checkpoint_folder(ModelSpec()), hf_overrides={"text_config": fields}
+            )
+        engine = self._configs[key]
+        engine.parallel_config.tensor_parallel_size = tp_size
+        engine.compilation_config.static_forward_context["harness_live_layer"] = LiveParameter(
+            torch.zeros(2)
+        )
+
+        def refuse(self: Any, memo: dict[int, object]) -> Any:
+            raise DeepcopyRefused("the whole VllmConfig was deep-copied")
+
+        cls = module.NemotronH_Nano_VL_V2
+        saved = VllmConfig.__dict__.get("__deepcopy__")
+        VllmConfig.__deepcopy__ = refuse
+        try:
+            conv, ssm = cls.get_mamba_state_shape_from_config(engine)[:2]
+            dtypes = tuple(cls.get_mamba_state_dtype_from_config(engine))
+        finally:
+            if saved is None:
+                del VllmConfig.__deepcopy__
+            else:
+                VllmConfig.__deepcopy__ = saved
+            engine.compilation_config.static_forward_context.pop("harness_live_layer", None)
+        if not is_conv_state_dim_first():
+            conv = tuple(reversed(conv))  # (window, channels) layout: report (channels, window)
+        return MambaStateInfo(tuple(conv), tuple(ssm), dtypes)
+
+    def build_minimal(self, spec: ModelSpec, overrides: dict[str, object]) -> MinimalBuild:
+        module = self.load()
+        from vllm.config import LoadConfig
+        from vllm.model_executor.model_loader import get_model_loader
+        from vllm.model_executor.model_loader.utils import process_weights_after_loading
+        from vllm.model_executor.models.nemotron_h import ALL_DECODER_LAYER_TYPES
+
+        vllm_config = build.engine_config(checkpoint_folder(spec), hf_overrides=overrides)
+        model = build.construct(module, vllm_config)
+        # vLLM's dummy weights, as its own initialisation test loads them (load_format="dummy").
+        get_model_loader(LoadConfig(load_format="dummy")).load_weights(
+            model, vllm_config.model_config
+        )
+        with without_avx512_bf16():
+            process_weights_after_loading(model, vllm_config.model_config, torch.device("cpu"))
+        letters = {cls: letter for letter, cls in ALL_DECODER_LAYER_TYPES.items()}
+        kinds = "".join(letters[type(layer)] for layer in model.language_model.model.layers)
+        dtype = next(model.mlp1.parameters()).dtype
+        tile = torch.randn(1, 3, spec.image_size, spec.image_size, dtype=dtype)
+        with torch.no_grad():
+            out = model.embed_multimodal(
+                pixel_values_flat=tile, image_num_patches=torch.tensor([1])
+            )
+        return MinimalBuild(layer_kinds=kinds, vision_rows=int(out[0].shape[0]))
+
+    # Processor ---------------------------------------------------------------------------
+
+    def metadata(self, spec: ModelSpec, tokenizer: object) -> ProcessorMetadata:
+        key = f"hf_config:{spec.slug}"
+        if key not in self._configs:
+            self._configs[key] = build.engine_config(checkpoint_folder(spec)).model_config.hf_config
+        return RefusingMetadata(self.load(), self._configs[key], tokenizer)
+
+    def video_replacement(
+        self,
+        tokenizer: object,
+        tokens_per_frame: list[int],
+        frames_indices: list[int],
+        frame_duration_ms: int | None,
+        temporal_patch_size: int,
+    ) -> tuple[int, ...]:
+        processor_cls = self.load().NanoNemotronVLProcessor
+
+        def encode(text: str) -> list[int]:
+            ids: list[int] = tokenizer.encode(text, add_special_tokens=False)  # type: ignore[attr-defined]
+            return ids
+
+        details = processor_cls.get_video_repl(
+            tokens_per_frame=tokens_per_frame,
+            frames_indices=frames_indices,
+            frame_duration_ms=frame_duration_ms,
+            tokenizer=tokenizer,
+            img_start_token_ids=encode(IMG_START),
+            img_end_token_ids=encode(IMG_END),
+            img_context_token_ids=encode(IMG_CONTEXT),
+            video_temporal_patch_size=temporal_patch_size,
+        )
+        return tuple(details.full)
+
+    def processor_counts(self) -> ProcessorCounts:
+        self.load()
+        from PIL import Image
+        from transformers import PretrainedConfig
+        from vllm.model_executor.models.parakeet import ParakeetExtractor
+        from vllm.transformers_utils.processors import internvl
+        from vllm.transformers_utils.processors import nano_nemotron_vl as processors
+
+        def static_tiles(width: int, height: int, tile: int, max_tiles: int, thumb: bool) -> int:
+            blocks, _, _ = internvl.calculate_internvl_targets(
+                orig_width=width,
+                orig_height=height,
+                target_ratios=internvl.get_internvl_target_ratios(1, max_tiles),
+                image_size=tile,
+                use_thumbnail=thumb,
+            )
+            return int(blocks)
+
+        def dynamic_grids(
+            sizes: list[tuple[int, int]], budget: int, patch: int, lo: int, hi: int
+        ) -> list[tuple[int, int]]:
+            tiler = processors.DynamicResolutionImageTiler(
+                max_model_len=1 << 20,
+                patch_size=patch,
+                min_num_patches=lo,
+                max_num_patches=hi,
+                downsample_ratio=0.5,
+                norm_mean=[0.5] * 3,
+                norm_std=[0.5] * 3,
+            )
+            params = tiler.compute_params([Image.new("L", size) for size in sizes], budget)
+            return [tuple(p.patch_size) for p in params]
+
+        extractor = ParakeetExtractor(
+            PretrainedConfig(
+                num_mel_bins=128,
+                sampling_rate=16000,
+                subsampling_factor=8,
+                subsampling_conv_kernel_size=3,
+                subsampling_conv_stride=2,
+            )
+        )
+        return ProcessorCounts(
+            static_tiles=static_tiles,
+            dynamic_grids=dynamic_grids,
+            audio_tokens=extractor.audio_token_count,
+        )
+
+    def typing_cases(self) -> Path:
+        return ROOT / "fixtures" / "typing" / "vllm"
+
+    def lora_metadata(self) -> LoRAMetadata:
+        module = self.load()
+        from vllm.model_executor.models.interfaces import supports_lora
+
+        cls = module.NemotronH_Nano_VL_V2
+        return LoRAMetadata(
+            supports_lora=bool(supports_lora(cls)),
+            multimodal=lora_attributes(cls),
+            language_model=lora_attributes(module.NemotronHForCausalLM),
+        )
+
+
+class VllmFileTarget(VllmTarget):
+    """Model files from another vLLM revision, loaded over the installed vLLM."""
+
+    def __init__(self, paths: Sequence[Path]) -> None:
+        super().__init__()
+        if not paths:
+            raise TargetLoadError("vllm-file: expected vllm-file:PATH[,PATH...], got no paths")
+        self.paths = [Path(p) for p in paths]
+        for path in self.paths:
+            if not path.is_file():
+                raise TargetLoadError(f"vllm-file: {path}: no such file")
+            module_name_for(path)  # fail early on an unplaceable file
+
+    @property
+    def name(self) -> str:
+        return "vllm-file:" + ",".join(str(p) for p in self.paths)
+
+    def load(self) -> types.ModuleType:
+        if self._module is None:
+            self._module = load_model_files(self.paths)
+        return self._module
+
+    def identity(self) -> TargetIdentity:
+        files = {str(p): sha256_of(p) for p in self.paths}
+        version = f"files over installed vLLM {vllm_version() or 'not installed'}"
+        return TargetIdentity(name="vllm-file", version=version, files=files)

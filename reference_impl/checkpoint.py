@@ -1,0 +1,236 @@
+"""The checkpoint folder: a top-level ``config.json`` and weights in checkpoint naming.
+
+A Nano-Nemotron VL checkpoint folder holds ``config.json`` (``model_type``
+``NemotronH_Nano_VL_V2``: the wrapper's fields at the top level, the language model in
+``text_config``, RADIO in ``vision_config``, Parakeet in ``sound_config``) and safetensors files
+whose tensor names are the checkpoint's:
+
+- ``language_model.backbone.*`` (q/k/v separate, experts one by one): the language model;
+- ``vision_model.radio_model.model.*``: RADIO (``patch_generator.cls_token.token``);
+- ``mlp1.{0,1,3}.weight``: the connector; ``vision_projector.vision_final_layernorm.*`` when the
+  language model has MTP layers;
+- ``sound_encoder.encoder.*`` and ``sound_projection.{norm,linear1,linear2}.*``: Parakeet.
+
+This module reads and writes that form for the reference: :func:`vl_config_to_hf_dict` /
+:func:`vl_config_from_hf_dict`, :func:`checkpoint_state_dict` (the inverse of
+:func:`reference_impl.weights.load_vl_checkpoint`) and :func:`load_folder`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import PreTrainedTokenizerBase
+
+from reference_impl.audio import AudioConfig
+from reference_impl.config import ConfigError, NemotronHConfig, VLConfig
+from reference_impl.model import NanoNemotronVLForConditionalGeneration
+from reference_impl.radio import RADIO_SIZES, RadioConfig
+
+ARCHITECTURE = "NemotronH_Nano_VL_V2"
+#: The connector's LayerNorm, as checkpoints trained with MTP name it.
+VISION_NORM_PREFIX = "vision_projector.vision_final_layernorm."
+#: ``sound_projection.<part>`` names of the projection's layers (``nn.Sequential`` indices).
+SOUND_PROJECTION_PARTS = {"0": "norm", "1": "linear1", "3": "linear2"}
+#: Top-level fields of ``config.json`` that are :class:`VLConfig` fields of the same name.
+TOP_LEVEL_FIELDS = (
+    "force_image_size",
+    "patch_size",
+    "downsample_ratio",
+    "ps_version",
+    "vit_hidden_size",
+    "projector_hidden_size",
+    "use_thumbnail",
+    "norm_mean",
+    "norm_std",
+)
+#: ``vision_config.args`` keys a RADIO config carries beyond the model name.
+RADIO_ARGS = ("cpe_max_size", "register_multiple")
+
+
+def vl_config_to_hf_dict(config: VLConfig) -> dict[str, Any]:
+    """``config.json``'s content for ``config`` (the checkpoint's top-level form)."""
+    if config.text_config is None or config.vision_config is None:
+        raise ConfigError("text_config / vision_config", "both set", "missing")
+    vision = config.vision_config
+    if (vision.hidden_size, vision.num_layers, vision.num_heads, vision.mlp_size) != RADIO_SIZES[
+        vision.model_name
+    ]:
+        raise ConfigError(
+            "vision_config",
+            f"the sizes of {vision.model_name} (a checkpoint names RADIO's size by model name)",
+            (vision.hidden_size, vision.num_layers, vision.num_heads, vision.mlp_size),
+        )
+    args: dict[str, Any] = {"model": vision.model_name}
+    args.update({name: getattr(vision, name) for name in RADIO_ARGS})
+    if config.dynamic_resolution:
+        args.update(min_num_patches=config.min_num_patches, max_num_patches=config.max_num_patches)
+    data: dict[str, Any] = {
+        "architectures": [ARCHITECTURE],
+        "model_type": ARCHITECTURE,
+        "template": "nemotron-h-5p5",
+        "image_tag_type": "internvl",
+        "max_sequence_length": config.max_model_len,
+        **{name: _plain(getattr(config, name)) for name in TOP_LEVEL_FIELDS},
+        "text_config": config.text_config.to_hf_dict()
+        | {"architectures": ["NemotronHForCausalLM"]},
+        "vision_config": {
+            "model_type": "radio",
+            "args": args,
+            "patch_size": vision.patch_size,
+            "preferred_resolution": [vision.image_size, vision.image_size],
+            "video_temporal_patch_size": vision.video_temporal_patch_size,
+            "separate_video_embedder": vision.separate_video_embedder,
+            "layer_norm_eps": vision.layer_norm_eps,
+            "video_maintain_aspect_ratio": config.video_maintain_aspect_ratio,
+        },
+    }
+    if config.sound_config is not None:
+        sound = config.sound_config
+        data["sound_config"] = {
+            "model_type": "parakeet_encoder",
+            **sound.encoder_fields(),
+            "projection_hidden_size": sound.projection_hidden_size,
+            "projection_bias": sound.projection_bias,
+            "projection_eps": sound.projection_eps,
+            "sampling_rate": sound.sampling_rate,
+            "hop_length": sound.hop_length,
+            "hidden_act": "silu",
+        }
+    return data
+
+
+def _plain(value: object) -> object:
+    return list(value) if isinstance(value, tuple) else value
+
+
+def vl_config_from_hf_dict(data: Mapping[str, Any]) -> VLConfig:
+    """The reference's config from ``config.json``'s content; every invalid or missing field
+    raises :class:`ConfigError` naming it."""
+    for key in ("text_config", "vision_config"):
+        if not isinstance(data.get(key), Mapping):
+            raise ConfigError(key, "a mapping", data.get(key))
+    text = NemotronHConfig.from_hf_dict(data["text_config"])
+    vision_data = data["vision_config"]
+    args = vision_data.get("args")
+    if not isinstance(args, Mapping) or "model" not in args:
+        raise ConfigError("vision_config.args", "a mapping with 'model'", args)
+    resolution = vision_data.get("preferred_resolution") or [224, 224]
+    temporal = int(vision_data.get("video_temporal_patch_size", 1))
+    vision = RadioConfig.from_model_name(
+        args["model"],
+        image_size=int(resolution[0]),
+        patch_size=int(vision_data.get("patch_size", 16)),
+        layer_norm_eps=float(vision_data.get("layer_norm_eps", 1e-6)),
+        video_temporal_patch_size=temporal,
+        separate_video_embedder=bool(vision_data.get("separate_video_embedder", True)),
+        **{name: args[name] for name in RADIO_ARGS if name in args},
+    )
+    sound: AudioConfig | None = None
+    if data.get("sound_config") is not None:
+        sound_data = data["sound_config"]
+        names = {f.name for f in dataclasses.fields(AudioConfig)}
+        sound = AudioConfig(
+            llm_hidden_size=text.hidden_size,
+            **{k: v for k, v in sound_data.items() if k in names and k != "llm_hidden_size"},
+        )
+    top: dict[str, Any] = {}
+    for name in TOP_LEVEL_FIELDS:
+        if name in data:
+            value = data[name]
+            top[name] = tuple(value) if isinstance(value, list) else value
+    dynamic = "min_num_patches" in args
+    return VLConfig(
+        hidden_size=text.hidden_size,
+        vocab_size=text.vocab_size,
+        text_config=text,
+        vision_config=vision,
+        sound_config=sound,
+        video_temporal_patch_size=temporal,
+        dynamic_resolution=dynamic,
+        min_num_patches=int(args.get("min_num_patches", 1)),
+        max_num_patches=int(args.get("max_num_patches", 0)),
+        max_model_len=int(data.get("max_sequence_length", 4096)),
+        video_maintain_aspect_ratio=bool(vision_data.get("video_maintain_aspect_ratio", False)),
+        **top,
+    )
+
+
+def checkpoint_state_dict(model: NanoNemotronVLForConditionalGeneration) -> dict[str, torch.Tensor]:
+    """The model's weights in checkpoint naming (what :func:`load_vl_checkpoint` reads)."""
+    out: dict[str, torch.Tensor] = {}
+    text = model.config.text_config
+    assert text is not None  # the whole model is built with one
+    q = text.num_attention_heads * text.attention_head_dim
+    kv = text.num_key_value_heads * text.attention_head_dim
+    for name, tensor in model.language_model.state_dict().items():
+        name = name.replace("model.", "backbone.", 1).replace(".embed_tokens.", ".embeddings.")
+        if ".qkv_proj." in name:
+            for part, piece in zip("qkv", tensor.split([q, kv, kv]), strict=True):
+                out[f"language_model.{name.replace('qkv_proj', f'{part}_proj')}"] = piece
+        elif ".mixer.experts." in name and name.endswith(("up_proj", "down_proj")):
+            prefix, proj = name.rsplit(".", 1)
+            for j, expert in enumerate(tensor.unbind(0)):
+                out[f"language_model.{prefix}.{j}.{proj}.weight"] = expert
+        else:
+            out[f"language_model.{name}"] = tensor
+    mm = model.multimodal
+    for name, tensor in mm.vision_model.state_dict().items():  # type: ignore[attr-defined]
+        name = name.replace("patch_generator.cls_token", "patch_generator.cls_token.token")
+        out[f"vision_model.radio_model.model.{name}"] = tensor
+    for name, tensor in mm.connector.state_dict().items():
+        if name.startswith("vision_final_layernorm."):
+            out[VISION_NORM_PREFIX + name.removeprefix("vision_final_layernorm.")] = tensor
+        else:
+            out[name] = tensor
+    tower = mm.sound_encoder
+    if tower is not None:
+        for name, tensor in tower.state_dict().items():  # type: ignore[attr-defined]
+            if name.startswith("projection."):
+                index, rest = name.removeprefix("projection.").split(".", 1)
+                out[f"sound_projection.{SOUND_PROJECTION_PARTS[index]}.{rest}"] = tensor
+            else:
+                out[f"sound_encoder.{name}"] = tensor
+    return {name: t.detach().clone().contiguous() for name, t in out.items()}
+
+
+def read_config(folder: Path) -> VLConfig:
+    """The reference config of a checkpoint folder's ``config.json``."""
+    path = Path(folder) / "config.json"
+    if not path.is_file():
+        raise ConfigError("config.json", f"a file in {folder}", "absent")
+    return vl_config_from_hf_dict(json.loads(path.read_text()))
+
+
+def read_weights(folder: Path) -> dict[str, torch.Tensor]:
+    """Every tensor of the folder's ``*.safetensors`` files, by checkpoint name."""
+    from safetensors.torch import load_file
+
+    files = sorted(Path(folder).glob("*.safetensors"))
+    if not files:
+        raise ConfigError("weights", f"*.safetensors files in {folder}", "none")
+    weights: dict[str, torch.Tensor] = {}
+    for file in files:
+        weights.update(load_file(str(file)))
+    return weights
+
+
+def load_folder(
+    folder: Path,
+    tokenizer: PreTrainedTokenizerBase,
+    *,
+    dtype: torch.dtype = torch.float32,
+    text_only: bool = False,
+) -> NanoNemotronVLForConditionalGeneration:
+    """The reference model of a checkpoint folder, its weights loaded (every name checked)."""
+    from reference_impl.weights import load_vl_checkpoint
+
+    config = read_config(folder)
+    model = NanoNemotronVLForConditionalGeneration(config, tokenizer)
+    load_vl_checkpoint(model, read_weights(folder), text_only=text_only)
+    return model.to(dtype).eval()

@@ -1,0 +1,118 @@
+"""Weight loading through the target's own loader, from the checkpoint folder's tensors.
+
+- Every parameter is loaded and equals the checkpoint's tensor (every tensor in the folder is
+  random, norms and biases too, so a tensor loaded under the wrong name cannot match).
+- Text-only mode (every modality limit 0) loads the language model and never reads a tower's
+  tensor (vLLM PR #41205).
+- Weights streamed one at a time from buffers the stream reuses, as streaming loaders do, load
+  the same values as a plain mapping (vLLM PR #42244).
+- ``language_model.backbone.*`` and ``language_model.model.*`` names both load (vLLM #39901).
+- A missing or an unexpected tensor is named in a clear error, never silently skipped.
+
+The comparison starts from parameters set to NaN, so a parameter the loader leaves alone is
+seen as not loaded, whatever its initial value.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+
+from harness.assertions import raises_clear_error
+from harness.checkpoint import ModelSpec, checkpoint_folder
+from harness.weight_streams import renamed, reusing_buffers
+from reference_impl.checkpoint import read_weights
+
+pytestmark = pytest.mark.concern("weights")
+
+VARIANTS = {
+    "default": ModelSpec(),
+    "mtp": ModelSpec(mtp=True),
+    "dynamic-t2": ModelSpec(dynamic_resolution=True, video_temporal_patch_size=2),
+    "no-audio": ModelSpec(audio=False),
+}
+
+
+def checkpoint(spec: ModelSpec):
+    return read_weights(checkpoint_folder(spec))
+
+
+def names_for(name: str) -> list[str]:
+    """Ways an error may name a checkpoint tensor: its name, or from its layer on (with or
+    without the parameter's last component)."""
+    found = re.search(r"(layers|blocks)\.\d+\..*", name)
+    if found is None:
+        return [name]
+    return [name, found.group(0), found.group(0).rsplit(".", 1)[0]]
+
+
+def assert_all_loaded(result, only: str = "") -> None:
+    not_loaded = [n for n in result.not_loaded if n.startswith(only)]
+    differing = [n for n in result.differing if n.startswith(only)]
+    assert not_loaded == [], f"{len(not_loaded)} parameters not loaded: {not_loaded[:8]}"
+    assert differing == [], f"{len(differing)} parameters differ: {differing[:8]}"
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_every_parameter_is_loaded_from_the_checkpoint(target, variant):
+    spec = VARIANTS[variant]
+    result = target.load_weights(spec, checkpoint(spec).items())
+    assert_all_loaded(result)
+
+
+def test_text_only_loads_the_language_model_and_never_reads_a_tower(target):
+    spec = ModelSpec()
+    result = target.load_weights(spec, checkpoint(spec).items(), text_only=True)
+    assert result.tower_tensors_read == [], (
+        f"text-only mode read {len(result.tower_tensors_read)} tower tensors, e.g. "
+        f"{sorted(set(result.tower_tensors_read))[:5]}"
+    )
+    assert_all_loaded(result, only="language_model.")
+
+
+@pytest.mark.parametrize("variant", ["default", "dynamic-t2"])
+def test_streamed_weights_in_reused_buffers_load_the_same_values(target, variant):
+    spec = VARIANTS[variant]
+    result = target.load_weights(spec, reusing_buffers(checkpoint(spec)))
+    assert_all_loaded(result)
+
+
+def test_language_model_model_names_load_like_backbone_names(target):
+    spec = ModelSpec()
+    weights = renamed(checkpoint(spec), "language_model.backbone.", "language_model.model.")
+    assert not any(name.startswith("language_model.backbone.") for name in weights)
+    assert_all_loaded(target.load_weights(spec, weights.items()))
+
+
+MISSING = [
+    "language_model.backbone.norm_f.weight",
+    "vision_model.radio_model.model.blocks.3.mlp.fc1.weight",
+    "mlp1.1.weight",
+    "sound_projection.linear1.weight",
+]
+
+
+@pytest.mark.parametrize("name", MISSING)
+def test_a_missing_tensor_is_named(target, name):
+    spec = ModelSpec()
+    weights = checkpoint(spec)
+    del weights[name]
+    with raises_clear_error(*names_for(name)):
+        target.load_weights(spec, weights.items())
+
+
+UNEXPECTED = [
+    "language_model.backbone.layers.0.mixer.mystery.weight",
+    "vision_model.radio_model.model.blocks.0.mystery.weight",
+    "mystery.weight",
+]
+
+
+@pytest.mark.parametrize("name", UNEXPECTED)
+def test_an_unexpected_tensor_is_named(target, name):
+    spec = ModelSpec()
+    weights = checkpoint(spec) | {name: torch.zeros(4)}
+    with raises_clear_error(*names_for(name)):
+        target.load_weights(spec, weights.items())
