@@ -148,8 +148,13 @@ def load_safetensors(model: NemotronHForCausalLM, path: str | Path) -> None:
     load_state_dict(model, load_file(str(path)))
 
 
+def copy_streamed(tensor: torch.Tensor) -> torch.Tensor:
+    """A streamed tensor's own copy: the loader may reuse its buffer for the next tensor."""
+    return tensor.detach().clone()
+
+
 #: Checkpoint prefixes of the towers and the connector (skipped in text-only mode).
-TOWER_PREFIXES = (
+TOWER_PREFIXES: tuple[str, ...] = (
     "vision_model.",
     "mlp1.",
     "vision_projector.",
@@ -190,7 +195,7 @@ def load_vl_checkpoint(
         given.add(name)
         if text_only and name.startswith(TOWER_PREFIXES):
             continue
-        tensor = streamed.detach().clone()  # the loader may reuse the buffer for the next one
+        tensor = copy_streamed(streamed)
         if name.startswith("language_model."):
             groups["lm"][name.removeprefix("language_model.")] = tensor
         elif name.startswith("vision_model.radio_model."):

@@ -109,6 +109,23 @@ MUTATIONS: dict[str, Mutation] = {
             ),
         ),
         Mutation(
+            name="text-only-loads-tower-weights",
+            upstream="#41205",
+            description="with every modality limit 0, tower weights are still loaded",
+            pattern=r"^(?P<indent>[ \t]+)load_multimodal_weights = not all\(",
+            replacement=r"\g<indent>load_multimodal_weights = True or not all(",
+        ),
+        Mutation(
+            name="tower-weights-kept-by-reference",
+            upstream="#42244",
+            description=(
+                "RADIO's tensors buffered by reference, not copied: a streaming loader that "
+                "reuses its buffers overwrites them before they are loaded"
+            ),
+            pattern=r"vision_weights\.append\(\(hf_key, w\.detach\(\)\.clone\(\)\)\)",
+            replacement="vision_weights.append((hf_key, w))",
+        ),
+        Mutation(
             name="video-embeds-not-routed",
             upstream="#56398",
             description='"video_embeds" removed from the video routing keys: silently 0 outputs',

@@ -80,8 +80,8 @@ class ReferenceModel(MultimodalModel):
             ("forward_dynamic", "dynamic"),
         ):
             setattr(vision, method, self._recording(getattr(vision, method), kind))
-        tower = self.multimodal.sound_encoder
-        if isinstance(tower, nn.Module):
+        tower: Any = self.multimodal.sound_encoder  # an nn.Module (the SoundEncoder protocol)
+        if tower is not None:
             tower.register_forward_pre_hook(
                 lambda module, args: self.calls.audio.append(int(args[0].shape[0]))
             )
@@ -281,9 +281,8 @@ class ReferenceTarget(Target):
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(0)
             model = NanoNemotronVLForConditionalGeneration(config, shared_tokenizer()).eval()
-        kinds = "".join(
-            MIXER_LETTERS[type(block.mixer)] for block in model.language_model.model.layers
-        )
+        layers: Any = model.language_model.model.layers
+        kinds = "".join(MIXER_LETTERS[type(block.mixer)] for block in layers)
         tile = torch.randn(1, 3, config.force_image_size, config.force_image_size)
         with torch.no_grad():
             out = model.multimodal.embed_multimodal(
@@ -339,7 +338,7 @@ class ReferenceTarget(Target):
     ) -> tuple[int, ...]:
         return tuple(
             processor.video_replacement_ids(
-                tokenizer,  # type: ignore[arg-type]
+                tokenizer,
                 tokens_per_frame,
                 frames_indices,
                 frame_duration_ms,

@@ -8,7 +8,9 @@ the target loads) so the harness's own tests can prove that a suite catches it:
   tokenizer (#38655);
 - ``lora-wrapper-on-video-markers``: video marker tokens go through the LoRA wrapper (#56231);
 - ``lora-metadata-drift``: the VL class's ``embedding_modules`` differ from the LM's (#56231);
-- ``contract-accepts-wrong-shape``: the static-tile pixel contract validates nothing.
+- ``contract-accepts-wrong-shape``: the static-tile pixel contract validates nothing;
+- ``text-only-loads-tower-weights``: text-only loading still reads the towers' tensors (#41205);
+- ``tower-weights-kept-by-reference``: streamed tensors kept by reference, not copied (#42244).
 """
 
 from __future__ import annotations
@@ -66,12 +68,26 @@ def _contract_accepts_wrong_shape() -> None:
     ImagePixelInputs.validate = lambda self, tile_size=None: None  # type: ignore[method-assign]
 
 
+def _text_only_loads_tower_weights() -> None:
+    from reference_impl import weights
+
+    weights.TOWER_PREFIXES = ()
+
+
+def _tower_weights_kept_by_reference() -> None:
+    from reference_impl import weights
+
+    weights.copy_streamed = lambda tensor: tensor
+
+
 REFERENCE_MUTANTS: dict[str, Callable[[], None]] = {
     "deepcopy-live-config": _deepcopy_live_config,
     "processor-in-metadata": _processor_in_metadata,
     "lora-wrapper-on-video-markers": _lora_wrapper_on_video_markers,
     "lora-metadata-drift": _lora_metadata_drift,
     "contract-accepts-wrong-shape": _contract_accepts_wrong_shape,
+    "text-only-loads-tower-weights": _text_only_loads_tower_weights,
+    "tower-weights-kept-by-reference": _tower_weights_kept_by_reference,
 }
 
 

@@ -1,5 +1,6 @@
 """The suites bite: mutated copies of the installed vLLM model file fail them for the right
-reason. Each mutant puts back one upstream bug (vLLM PR #56398) and runs as a vllm-file target."""
+reason. Each mutant puts back one upstream bug (vLLM PRs #56398, #56231, #41205, #42244) and runs
+as a vllm-file target, built and loaded by vLLM from the checkpoint folder."""
 
 from __future__ import annotations
 
@@ -107,3 +108,31 @@ def test_lora_mutants_fail_the_lora_checks(tmp_path):
         "suites/conformance/test_lora.py::"
         "test_lora_metadata_equals_the_language_models[embedding_modules]"
     }
+
+
+WEIGHTS = "suites/conformance/test_weight_loading.py"
+
+
+def test_text_only_mutant_reads_tower_weights(tmp_path):
+    """PR #41205's class: every modality limit 0, and the tower weights are loaded anyway."""
+    path = write_mutant("text-only-loads-tower-weights", tmp_path / "src")
+    run = run_suites(tmp_path, f"--target=vllm-file:{path}", suite=WEIGHTS)
+    assert run.returncode == 1, run.output[-3000:]
+    assert run.outcomes("fail") == {
+        f"{WEIGHTS}::test_text_only_loads_the_language_model_and_never_reads_a_tower"
+    }, run.output[-3000:]
+
+
+def test_buffer_aliasing_mutant_corrupts_streamed_tower_weights(tmp_path):
+    """PR #42244's class: RADIO's tensors kept by reference; a loader that reuses its buffers
+    overwrites them. A plain mapping still loads right; the streamed one does not."""
+    path = write_mutant("tower-weights-kept-by-reference", tmp_path / "src")
+    run = run_suites(tmp_path, f"--target=vllm-file:{path}", suite=WEIGHTS)
+    assert run.returncode == 1, run.output[-3000:]
+    streamed = f"{WEIGHTS}::test_streamed_weights_in_reused_buffers_load_the_same_values"
+    assert run.outcomes("fail") == {f"{streamed}[default]", f"{streamed}[dynamic-t2]"}
+    for variant in ("default", "dynamic-t2"):
+        reason = run.outcome(f"{streamed}[{variant}]")["reason"]
+        assert "parameters differ: ['vision_model.model." in reason, reason
+    plain = f"{WEIGHTS}::test_every_parameter_is_loaded_from_the_checkpoint[default]"
+    assert run.outcome(plain)["outcome"] == "pass"

@@ -10,6 +10,7 @@ from harness.targets.mutants import write_mutant
 from suites.harness.helpers import needs_vllm, run_suites
 
 C = "suites/conformance/"
+W = f"{C}test_weight_loading.py::"
 
 EXPECTED = {
     "deepcopy-live-config": (
@@ -44,6 +45,22 @@ EXPECTED = {
         },
         "the call succeeded",
     ),
+    "text-only-loads-tower-weights": (
+        {f"{W}test_text_only_loads_the_language_model_and_never_reads_a_tower"},
+        "text-only mode read",
+    ),
+    "tower-weights-kept-by-reference": (
+        {
+            f"{W}test_streamed_weights_in_reused_buffers_load_the_same_values[{variant}]"
+            for variant in ("default", "dynamic-t2")
+        },
+        "parameters differ",
+    ),
+}
+#: Mutants whose class one suite covers run that suite alone.
+SUITE_OF = {
+    "text-only-loads-tower-weights": f"{C}test_weight_loading.py",
+    "tower-weights-kept-by-reference": f"{C}test_weight_loading.py",
 }
 
 
@@ -51,7 +68,8 @@ EXPECTED = {
 @pytest.mark.parametrize("mutant", sorted(EXPECTED))
 def test_reference_mutant_fails_its_checks(tmp_path, mutant):
     failing, reason = EXPECTED[mutant]
-    run = run_suites(tmp_path, f"--target=reference-mutant:{mutant}")
+    suite = SUITE_OF.get(mutant, "suites/conformance")
+    run = run_suites(tmp_path, f"--target=reference-mutant:{mutant}", suite=suite)
     assert run.returncode == 1, run.output[-3000:]
     assert run.outcomes("fail") == failing
     for check in failing:

@@ -84,10 +84,11 @@ def registered_class(module: types.ModuleType, vllm_config: Any) -> type[torch.n
             f"vLLM's registry resolved {arch!r} to {cls.__module__}.{cls.__qualname__}, not the "
             f"class of the file under test ({getattr(module, '__file__', '?')})"
         )
-    return expected
+    registered: type[torch.nn.Module] = expected
+    return registered
 
 
-def construct(module: types.ModuleType, vllm_config: Any) -> torch.nn.Module:
+def construct(module: types.ModuleType, vllm_config: Any) -> Any:
     """vLLM's constructor for the registered class, as its loader calls it (default dtype the
     model's, parameters on the CPU); weights not loaded."""
     from vllm.model_executor.model_loader import get_model_loader
@@ -97,15 +98,11 @@ def construct(module: types.ModuleType, vllm_config: Any) -> torch.nn.Module:
     loader = get_model_loader(vllm_config.load_config)
     model_config = vllm_config.model_config
     with set_default_torch_dtype(model_config.dtype), torch.device("cpu"):
-        model: torch.nn.Module = loader.create_model(
-            vllm_config=vllm_config, model_config=model_config
-        )
+        model = loader.create_model(vllm_config=vllm_config, model_config=model_config)
     return model
 
 
-def build_and_load(
-    module: types.ModuleType, folder: Path, timings: Timings | None = None
-) -> torch.nn.Module:
+def build_and_load(module: types.ModuleType, folder: Path, timings: Timings | None = None) -> Any:
     """Build the folder's model with vLLM's constructor and load it with vLLM's loader."""
     from vllm.model_executor.model_loader import get_model_loader
     from vllm.model_executor.model_loader.utils import process_weights_after_loading

@@ -116,7 +116,7 @@ class VllmTarget(Target):
     def __init__(self) -> None:
         self._module: types.ModuleType | None = None
         self._models: dict[ModelSpec, VllmModel] = {}
-        self._fresh: dict[tuple[ModelSpec, bool], torch.nn.Module] = {}
+        self._fresh: dict[tuple[ModelSpec, bool], Any] = {}  # vLLM's model, weights not loaded
         self._configs: dict[str, Any] = {}
         #: seconds per step of each model built, by spec (reported in the results)
         self.timings: dict[str, dict[str, float]] = {}
@@ -205,7 +205,7 @@ class VllmTarget(Target):
                     differing.append(f"{name}: max |difference| {diff:.3g}")
         return LoadedWeights(not_loaded, differing, reads)
 
-    def _fresh_model(self, spec: ModelSpec, text_only: bool) -> torch.nn.Module:
+    def _fresh_model(self, spec: ModelSpec, text_only: bool) -> Any:
         """A model of ``spec`` from vLLM's constructor, weights not loaded (one per spec and
         mode; every load check poisons its parameters first)."""
         key = (spec, text_only)
