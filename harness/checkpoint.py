@@ -158,7 +158,6 @@ def _vl_config(spec: ModelSpec) -> VLConfig:
         "vision_config": vision,
         "projector_hidden_size": spec.projector_hidden_size,
         "force_image_size": spec.image_size,
-        "max_num_tiles": 4,
         "max_model_len": 4096,
         "dynamic_resolution": spec.dynamic_resolution,
         "min_num_patches": 1,

@@ -19,6 +19,7 @@ from harness.targets import (
     TARGET_CHOICES,
     ModelSpec,
     MultimodalModel,
+    NeedsCuda,
     Target,
     TargetLoadError,
     TargetUnavailable,
@@ -89,6 +90,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(
                 pytest.mark.skip(reason="gpu check: needs a CUDA device and --device cuda")
             )
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> object:
+    """A check the target cannot build on a CPU skips with the target's reason."""
+    try:
+        return (yield)
+    except NeedsCuda as e:
+        pytest.skip(f"needs CUDA: {e}")
 
 
 def current_target(config: pytest.Config) -> Target:

@@ -16,6 +16,7 @@ from harness.checkpoint import ModelSpec
 from harness.targets.base import (
     EncoderCalls,
     MultimodalModel,
+    NeedsCuda,
     ParsedModality,
     Target,
     TargetIdentity,
@@ -53,6 +54,7 @@ __all__ = [
     "EncoderCalls",
     "ModelSpec",
     "MultimodalModel",
+    "NeedsCuda",
     "ParsedModality",
     "Target",
     "TargetIdentity",

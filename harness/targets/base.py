@@ -47,6 +47,11 @@ class TargetUnavailable(RuntimeError):
     """The target's implementation is not installed here (its checks skip with this reason)."""
 
 
+class NeedsCuda(RuntimeError):
+    """The target cannot build this on a CPU (a layer with no CPU implementation): the check
+    skips with this reason on a CPU and runs where CUDA is present."""
+
+
 @dataclass(frozen=True)
 class TargetIdentity:
     """What was tested: recorded in every report."""

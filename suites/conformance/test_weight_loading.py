@@ -32,6 +32,8 @@ VARIANTS = {
     "mtp": ModelSpec(mtp=True),
     "dynamic-t2": ModelSpec(dynamic_resolution=True, video_temporal_patch_size=2),
     "no-audio": ModelSpec(audio=False),
+    # Every layer kind of the Omni language model (MoE included): vLLM builds it on CUDA only.
+    "omni-lm": ModelSpec(language_model="omni"),
 }
 
 

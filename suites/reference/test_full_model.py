@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from reference_impl import presets
+from reference_impl.checkpoint import checkpoint_state_dict
 from reference_impl.connector import Connector, pixel_shuffle
 from reference_impl.model import NanoNemotronVLForConditionalGeneration
 from reference_impl.processor import NanoNemotronVLProcessor, Video
@@ -187,39 +188,9 @@ def _with_temporal(name, temporal):
     return _MODELS[key]
 
 
-def checkpoint_of(model) -> dict[str, torch.Tensor]:
-    """The model's weights in checkpoint naming."""
-    out = {}
-    for name, tensor in model.language_model.state_dict().items():
-        name = name.replace("model.", "backbone.", 1).replace(".embed_tokens.", ".embeddings.")
-        if ".qkv_proj." in name:
-            cfg = model.config.text_config
-            q = cfg.num_attention_heads * cfg.attention_head_dim
-            kv = cfg.num_key_value_heads * cfg.attention_head_dim
-            for part, piece in zip("qkv", tensor.split([q, kv, kv]), strict=True):
-                out[f"language_model.{name.replace('qkv_proj', f'{part}_proj')}"] = piece.clone()
-            continue
-        out[f"language_model.{name}"] = tensor.clone()
-    for name, tensor in model.multimodal.vision_model.state_dict().items():
-        name = name.replace("patch_generator.cls_token", "patch_generator.cls_token.token")
-        out[f"vision_model.radio_model.model.{name}"] = tensor.clone()
-    for name, tensor in model.multimodal.connector.state_dict().items():
-        out[name] = tensor.clone()
-    tower = model.multimodal.sound_encoder
-    if tower is not None:
-        parts = {"0": "norm", "1": "linear1", "3": "linear2"}
-        for name, tensor in tower.state_dict().items():
-            if name.startswith("projection."):
-                index, rest = name.removeprefix("projection.").split(".", 1)
-                out[f"sound_projection.{parts[index]}.{rest}"] = tensor.clone()
-            else:
-                out[f"sound_encoder.{name}"] = tensor.clone()
-    return out
-
-
 def test_whole_checkpoint_round_trip():
     model, proc = build("nemotron_3_nano_omni")
-    weights = checkpoint_of(model)
+    weights = checkpoint_state_dict(model)
     assert any(k.startswith("language_model.backbone.") for k in weights)
     torch.manual_seed(1)
     fresh = NanoNemotronVLForConditionalGeneration(model.config, shared_tokenizer()).eval()
@@ -230,7 +201,7 @@ def test_whole_checkpoint_round_trip():
 
 def test_text_only_skips_tower_weights():
     model, _ = build("nemotron_3_nano_omni")
-    weights = checkpoint_of(model)
+    weights = checkpoint_state_dict(model)
     torch.manual_seed(1)
     fresh = NanoNemotronVLForConditionalGeneration(model.config, shared_tokenizer()).eval()
     before = fresh.multimodal.vision_model.blocks[0].attn.qkv.weight.clone()
@@ -241,7 +212,7 @@ def test_text_only_skips_tower_weights():
 
 def test_unknown_checkpoint_names_are_listed():
     model, _ = build("nemotron_3_nano_omni")
-    weights = checkpoint_of(model) | {"mystery.weight": torch.zeros(1)}
+    weights = checkpoint_state_dict(model) | {"mystery.weight": torch.zeros(1)}
     with pytest.raises(WeightLoadError, match=r"mystery\.weight"):
         load_vl_checkpoint(model, weights)
 

@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from harness.targets.base import TargetLoadError
+from harness.targets.base import NeedsCuda, TargetLoadError
 from harness.targets.vllm.runtime import init_cpu_runtime, without_avx512_bf16
 
 #: Modalities whose limits a text-only engine sets to 0.
@@ -97,9 +97,14 @@ def construct(module: types.ModuleType, vllm_config: Any) -> Any:
     registered_class(module, vllm_config)
     loader = get_model_loader(vllm_config.load_config)
     model_config = vllm_config.model_config
-    with set_default_torch_dtype(model_config.dtype), torch.device("cpu"):
-        model = loader.create_model(vllm_config=vllm_config, model_config=model_config)
-    return model
+    try:
+        with set_default_torch_dtype(model_config.dtype), torch.device("cpu"):
+            return loader.create_model(vllm_config=vllm_config, model_config=model_config)
+    except NotImplementedError as e:
+        if "supported only for CUDA" in str(e):
+            # NemotronH's MoE layers are non-gated; vLLM's FusedMoE refuses them on CPU.
+            raise NeedsCuda(f"vLLM's constructor on CPU raised NotImplementedError: {e}") from e
+        raise
 
 
 def build_and_load(module: types.ModuleType, folder: Path, timings: Timings | None = None) -> Any:

@@ -1,0 +1,78 @@
+"""The tiny checkpoint folder: what a user could point vLLM at, written from the reference.
+
+Checked with real loaders, not our own: transformers' ``AutoConfig`` (the folder's
+configuration module through ``auto_map`` and ``trust_remote_code``) and ``AutoTokenizer``,
+and safetensors."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from harness.checkpoint import CONFIG_MODULE, ModelSpec, write_checkpoint
+from reference_impl.checkpoint import read_weights
+from reference_impl.tokenizer import AUDIO_CONTEXT, IMG_CONTEXT, VIDEO_PLACEHOLDER, VOCAB_SIZE
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    return write_checkpoint(ModelSpec(mtp=True), tmp_path_factory.mktemp("ckpt"))
+
+
+def test_the_folder_holds_what_a_checkpoint_holds(folder):
+    names = {p.name for p in folder.iterdir()}
+    assert names == {
+        "config.json",
+        CONFIG_MODULE.name,
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "model.safetensors",
+    }
+    data = json.loads((folder / "config.json").read_text())
+    assert data["architectures"] == ["NemotronH_Nano_VL_V2"]
+    assert data["auto_map"]["AutoConfig"].startswith(CONFIG_MODULE.stem + ".")
+    assert data["text_config"]["num_nextn_predict_layers"] == 1
+
+
+def test_transformers_reads_the_config_through_auto_map(folder):
+    from transformers import AutoConfig
+
+    config = AutoConfig.from_pretrained(folder, trust_remote_code=True)
+    assert type(config).__name__ == "NanoNemotronVLConfig"
+    assert config.text_config.hybrid_override_pattern == "M-*"
+    assert config.text_config.vocab_size == VOCAB_SIZE
+    assert config.vision_config.args["model"] == "vit_small_patch16_224"
+    assert config.sound_config.num_mel_bins == ModelSpec().num_mel_bins
+
+
+def test_the_tokenizer_loads_with_the_models_special_tokens(folder):
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    for token in (IMG_CONTEXT, VIDEO_PLACEHOLDER, AUDIO_CONTEXT, "<img>", "</img>"):
+        assert len(tokenizer.encode(token, add_special_tokens=False)) == 1, token
+    assert len(tokenizer) == VOCAB_SIZE
+
+
+def test_every_tensor_is_random_and_distinct(folder):
+    """No tensor is all one value (a default init a misnamed tensor could match), and no two
+    tensors of one shape are equal."""
+    weights = read_weights(folder)
+    assert any(n.startswith("vision_projector.vision_final_layernorm.") for n in weights)
+    seen: dict[tuple[int, ...], list[torch.Tensor]] = {}
+    for name, tensor in weights.items():
+        if not tensor.is_floating_point() or tensor.numel() < 2:
+            continue
+        assert tensor.float().std() > 0, f"{name} is constant"
+        for other in seen.setdefault(tuple(tensor.shape), []):
+            assert not torch.equal(tensor, other), f"{name} equals another tensor"
+        seen[tuple(tensor.shape)].append(tensor)
+
+
+def test_a_bad_spec_is_named():
+    with pytest.raises(ValueError, match="video_temporal_patch_size: expected 1 or 2, got 3"):
+        ModelSpec(video_temporal_patch_size=3)
+    with pytest.raises(ValueError, match="language_model: expected 'v2' or 'omni'"):
+        ModelSpec(language_model="v3")  # type: ignore[arg-type]
