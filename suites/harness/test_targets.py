@@ -117,6 +117,7 @@ def test_results_json_records_target_and_outcomes(tmp_path):
             "id": "suites/conformance/test_passthrough.py::test_the_upstream_reproducer",
             "outcome": "pass",
             "reason": "",
+            "runs_on": "real model",
             "duration_s": run.results["checks"][0]["duration_s"],
         }
     ]
