@@ -123,8 +123,10 @@ def video_replacement_ids(
     frames_indices: list[int],
     frame_duration_ms: int | None,
     temporal_patch_size: int,
+    processor_cls: Any = None,
 ) -> list[int]:
-    """vLLM's ``NanoNemotronVLProcessor.get_video_repl`` token ids, with ``tokenizer``."""
+    """``NanoNemotronVLProcessor.get_video_repl`` token ids, with ``tokenizer``: the installed
+    vLLM's processor class, or ``processor_cls`` (a target's, from the file under test)."""
     prepare_cpu_environment()
     from vllm.transformers_utils.processors.nano_nemotron_vl import (
         IMG_CONTEXT,
@@ -137,7 +139,7 @@ def video_replacement_ids(
         ids: list[int] = tokenizer.encode(text, add_special_tokens=False)
         return ids
 
-    details = NanoNemotronVLProcessor.get_video_repl(
+    details = (processor_cls or NanoNemotronVLProcessor).get_video_repl(
         tokens_per_frame=tokens_per_frame,
         frames_indices=frames_indices,
         frame_duration_ms=frame_duration_ms,

@@ -60,6 +60,25 @@ NEMOTRON_H_ALIASES: dict[str, str] = {
 }
 
 
+def merge_block_types(values: dict[str, Any], blocks: object, where: str = "") -> None:
+    """Set ``values["hybrid_override_pattern"]`` from a ``layers_block_type`` list (transformers
+    5's form of the pattern), or check that the pattern already there agrees; ``where`` prefixes
+    the field names in errors."""
+    if blocks is None:
+        return
+    try:
+        from_blocks = "".join(BLOCK_TYPE_LETTERS[b] for b in blocks)  # type: ignore[attr-defined]
+    except (KeyError, TypeError):
+        raise ConfigError(
+            f"{where}layers_block_type", f"a list of {sorted(BLOCK_TYPE_LETTERS)}", blocks
+        ) from None
+    given = values.setdefault("hybrid_override_pattern", from_blocks)
+    if given != from_blocks:
+        raise ConfigError(
+            f"{where}hybrid_override_pattern", f"{from_blocks!r} as layers_block_type says", given
+        )
+
+
 def _positive_int(name: str, value: object) -> None:
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
         raise ConfigError(name, "a positive int", value)
@@ -250,19 +269,7 @@ class NemotronHConfig:
             if name in values and values[name] != value:
                 raise ConfigError(name, f"one value (also given as {key!r})", value)
             values[name] = value
-        blocks = data.get("layers_block_type")
-        if blocks is not None:
-            try:
-                from_blocks = "".join(BLOCK_TYPE_LETTERS[b] for b in blocks)
-            except (KeyError, TypeError):
-                raise ConfigError(
-                    "layers_block_type", f"a list of {sorted(BLOCK_TYPE_LETTERS)}", blocks
-                ) from None
-            given = values.setdefault("hybrid_override_pattern", from_blocks)
-            if given != from_blocks:
-                raise ConfigError(
-                    "hybrid_override_pattern", f"{from_blocks!r} as layers_block_type says", given
-                )
+        merge_block_types(values, data.get("layers_block_type"))
         if "hybrid_override_pattern" not in values:
             raise ConfigError(
                 "hybrid_override_pattern", "present (or layers_block_type)", "neither"

@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from reference_impl.config import BLOCK_TYPE_LETTERS, ConfigError, NemotronHConfig, VLConfig
+from reference_impl.config import ConfigError, NemotronHConfig, VLConfig, merge_block_types
 
 
 def minimal_pattern(pattern: str, layers_per_kind: int = 1) -> str:
@@ -72,21 +72,8 @@ def minimal_text_config(
       agree with the resulting pattern. Every inconsistency raises :class:`ConfigError`.
     """
     overrides = dict(overrides or {})
-    blocks = overrides.pop("layers_block_type", None)
-    if blocks is not None:  # the transformers 5 form of the pattern
-        try:
-            from_blocks = "".join(BLOCK_TYPE_LETTERS[b] for b in blocks)
-        except (KeyError, TypeError):
-            raise ConfigError(
-                "text_config.layers_block_type", f"a list of {sorted(BLOCK_TYPE_LETTERS)}", blocks
-            ) from None
-        given = overrides.setdefault("hybrid_override_pattern", from_blocks)
-        if given != from_blocks:
-            raise ConfigError(
-                "text_config.hybrid_override_pattern",
-                f"{from_blocks!r} as layers_block_type says",
-                given,
-            )
+    # The transformers 5 form of the pattern.
+    merge_block_types(overrides, overrides.pop("layers_block_type", None), "text_config.")
     pattern = minimal_pattern(config.hybrid_override_pattern, layers_per_kind)
     widths: int | tuple[int, ...] = config.intermediate_size
     if isinstance(widths, tuple):  # one width per MLP layer: keep the kept layers' widths

@@ -46,15 +46,18 @@ class SuiteRun:
         return {c["id"] for c in self.results["checks"] if c["outcome"] == value}
 
 
-def run_suites(tmp_path: Path, *args: str, suite: str = "suites/conformance") -> SuiteRun:
-    """``pytest <suite> <args>`` in a child process, with per-check results as JSON."""
+def run_suites(
+    tmp_path: Path, *args: str, suite: str | tuple[str, ...] = "suites/conformance"
+) -> SuiteRun:
+    """``pytest <suite...> <args>`` in a child process, with per-check results as JSON."""
+    suites = (suite,) if isinstance(suite, str) else suite
     results = tmp_path / "results.json"
     proc = subprocess.run(
         [
             sys.executable,
             "-m",
             "pytest",
-            suite,
+            *suites,
             f"--results-json={results}",
             "-p",
             "no:cacheprovider",

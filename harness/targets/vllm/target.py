@@ -55,7 +55,6 @@ from harness.targets.vllm.runtime import import_vllm_module, vllm_version, witho
 from harness.weight_streams import recording_reads
 from reference_impl.checkpoint import read_weights
 from reference_impl.config import NemotronHConfig
-from reference_impl.tokenizer import IMG_CONTEXT, IMG_END, IMG_START
 
 #: What each concern of the suites runs on, for this target.
 CHECK_PATHS = {
@@ -322,23 +321,17 @@ class VllmTarget(Target):
         frame_duration_ms: int | None,
         temporal_patch_size: int,
     ) -> tuple[int, ...]:
-        processor_cls = self.load().NanoNemotronVLProcessor
+        from harness.vllm_layers import video_replacement_ids
 
-        def encode(text: str) -> list[int]:
-            ids: list[int] = tokenizer.encode(text, add_special_tokens=False)  # type: ignore[attr-defined]
-            return ids
-
-        details = processor_cls.get_video_repl(
-            tokens_per_frame=tokens_per_frame,
-            frames_indices=frames_indices,
-            frame_duration_ms=frame_duration_ms,
-            tokenizer=tokenizer,
-            img_start_token_ids=encode(IMG_START),
-            img_end_token_ids=encode(IMG_END),
-            img_context_token_ids=encode(IMG_CONTEXT),
-            video_temporal_patch_size=temporal_patch_size,
+        ids = video_replacement_ids(
+            tokenizer,
+            tokens_per_frame,
+            frames_indices,
+            frame_duration_ms,
+            temporal_patch_size,
+            processor_cls=self.load().NanoNemotronVLProcessor,
         )
-        return tuple(details.full)
+        return tuple(ids)
 
     def processor_counts(self) -> ProcessorCounts:
         self.load()

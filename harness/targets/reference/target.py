@@ -1,9 +1,9 @@
-"""The ``reference`` target: our wrapper in ``reference_impl/``."""
+"""The ``reference`` target: our model in ``reference_impl/``, built from the checkpoint folder by
+``reference_impl.checkpoint.load_folder`` (:mod:`.model` wraps it for the suites)."""
 
 from __future__ import annotations
 
 import contextlib
-import functools
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from importlib import metadata
@@ -21,14 +21,12 @@ from harness.targets.base import (
     FUNCTIONS,
     REAL_MODEL,
     DeepcopyRefused,
-    EncoderCalls,
     LiveParameter,
     LoadedWeights,
     LoRAMetadata,
     MambaStateInfo,
     MinimalBuild,
     MultimodalModel,
-    ParsedModality,
     ProcessorCounts,
     ProcessorMetadata,
     Target,
@@ -36,6 +34,7 @@ from harness.targets.base import (
     lora_attributes,
     sha256_of,
 )
+from harness.targets.reference.model import ReferenceModel
 from harness.weight_streams import recording_reads
 from reference_impl import processor
 from reference_impl.checkpoint import checkpoint_state_dict, load_folder, read_weights
@@ -53,8 +52,7 @@ from reference_impl.inputs import (
     VideoPixelInputs,
     int_list,
 )
-from reference_impl.lora import LoRAContext, LoRAEmbedding
-from reference_impl.model import NanoNemotronVLForConditionalGeneration, NanoNemotronVLModel
+from reference_impl.model import NanoNemotronVLForConditionalGeneration
 from reference_impl.nemotron_h import MLP as MLPMixer
 from reference_impl.nemotron_h import Attention, Mamba2Mixer, MoE, NemotronHForCausalLM
 from reference_impl.tokenizer import shared_tokenizer
@@ -62,59 +60,6 @@ from reference_impl.weights import TOWER_PREFIXES, load_vl_checkpoint
 
 #: What each concern of the suites runs on, for this target.
 CHECK_PATHS = {"model": REAL_MODEL, "weights": REAL_MODEL, "minimal": REAL_MODEL}
-
-
-class ReferenceModel(MultimodalModel):
-    """The reference model of a checkpoint folder (fp32), its towers' calls recorded."""
-
-    def __init__(self, model: NanoNemotronVLForConditionalGeneration, spec: ModelSpec) -> None:
-        calls = EncoderCalls()
-        device = model.language_model.lm_head.weight.device
-        super().__init__(spec, calls, device, torch.float32)
-        self.model = model
-        self.multimodal: NanoNemotronVLModel = model.multimodal
-        vision = self.multimodal.vision_model
-        for method, kind in (
-            ("forward_tiles", "tiles"),
-            ("forward_video", "video"),
-            ("forward_dynamic", "dynamic"),
-        ):
-            setattr(vision, method, self._recording(getattr(vision, method), kind))
-        tower: Any = self.multimodal.sound_encoder  # an nn.Module (the SoundEncoder protocol)
-        if tower is not None:
-            tower.register_forward_pre_hook(
-                lambda module, args: self.calls.audio.append(int(args[0].shape[0]))
-            )
-
-    def _recording(self, method: Callable[..., Any], kind: str) -> Callable[..., Any]:
-        @functools.wraps(method)
-        def recorded(*args: Any, **kwargs: Any) -> Any:
-            self.calls.vision.append(kind)
-            return method(*args, **kwargs)
-
-        return recorded
-
-    @contextlib.contextmanager
-    def raising_lora_embedding(self) -> Iterator[None]:
-        original = self.multimodal.embed_tokens
-        self.multimodal.embed_tokens = RaisingLoRAEmbedding(original)
-        try:
-            yield
-        finally:
-            self.multimodal.embed_tokens = original
-
-    def _parse(self, **kwargs: object) -> dict[str, ParsedModality]:
-        parsed = self.multimodal.parse_multimodal_inputs(**kwargs)
-        normalised: dict[str, ParsedModality] = {}
-        for modality in parsed:
-            inputs = parsed[modality]  # type: ignore[literal-required]  # keys of the TypedDict
-            normalised[modality] = ParsedModality(inputs.kind, inputs.num_items)
-        return normalised
-
-    def _embed(
-        self, placeholder_counts: list[int] | None, **kwargs: object
-    ) -> tuple[torch.Tensor, ...]:
-        return self.multimodal.embed_multimodal(placeholder_counts=placeholder_counts, **kwargs)
 
 
 class ConfigMetadata(ProcessorMetadata):
@@ -198,18 +143,6 @@ class _ProcessorRefusal:
 
 
 _processor_refusal = _ProcessorRefusal()
-
-
-class RaisingLoRAEmbedding(LoRAEmbedding):
-    """The reference's LoRA embedding wrapper, refusing to run: encoder-internal tokens must be
-    embedded with ``base_layer``."""
-
-    def __init__(self, base_layer: nn.Module) -> None:
-        assert isinstance(base_layer, nn.Embedding)
-        super().__init__(base_layer, LoRAContext(1), slots=1, max_rank=1)
-
-    def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        raise RuntimeError("the LoRA wrapper embedded tokens that have no mapping entry")
 
 
 class ReferenceTarget(Target):

@@ -1,0 +1,82 @@
+"""The reference model of a checkpoint folder as the suites drive it: its towers' calls recorded,
+the LoRA embedding swappable for one that refuses to run."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+from torch import nn
+
+from harness.checkpoint import ModelSpec
+from harness.targets.base import EncoderCalls, MultimodalModel, ParsedModality
+from reference_impl.lora import LoRAContext, LoRAEmbedding
+from reference_impl.model import NanoNemotronVLForConditionalGeneration, NanoNemotronVLModel
+
+
+class ReferenceModel(MultimodalModel):
+    """The reference model of a checkpoint folder (fp32), its towers' calls recorded."""
+
+    def __init__(self, model: NanoNemotronVLForConditionalGeneration, spec: ModelSpec) -> None:
+        calls = EncoderCalls()
+        device = model.language_model.lm_head.weight.device
+        super().__init__(spec, calls, device, torch.float32)
+        self.model = model
+        self.multimodal: NanoNemotronVLModel = model.multimodal
+        vision = self.multimodal.vision_model
+        for method, kind in (
+            ("forward_tiles", "tiles"),
+            ("forward_video", "video"),
+            ("forward_dynamic", "dynamic"),
+        ):
+            setattr(vision, method, self._recording(getattr(vision, method), kind))
+        tower: Any = self.multimodal.sound_encoder  # an nn.Module (the SoundEncoder protocol)
+        if tower is not None:
+            tower.register_forward_pre_hook(
+                lambda module, args: self.calls.audio.append(int(args[0].shape[0]))
+            )
+
+    def _recording(self, method: Callable[..., Any], kind: str) -> Callable[..., Any]:
+        @functools.wraps(method)
+        def recorded(*args: Any, **kwargs: Any) -> Any:
+            self.calls.vision.append(kind)
+            return method(*args, **kwargs)
+
+        return recorded
+
+    @contextlib.contextmanager
+    def raising_lora_embedding(self) -> Iterator[None]:
+        original = self.multimodal.embed_tokens
+        self.multimodal.embed_tokens = RaisingLoRAEmbedding(original)
+        try:
+            yield
+        finally:
+            self.multimodal.embed_tokens = original
+
+    def _parse(self, **kwargs: object) -> dict[str, ParsedModality]:
+        parsed = self.multimodal.parse_multimodal_inputs(**kwargs)
+        normalised: dict[str, ParsedModality] = {}
+        for modality in parsed:
+            inputs = parsed[modality]  # type: ignore[literal-required]  # keys of the TypedDict
+            normalised[modality] = ParsedModality(inputs.kind, inputs.num_items)
+        return normalised
+
+    def _embed(
+        self, placeholder_counts: list[int] | None, **kwargs: object
+    ) -> tuple[torch.Tensor, ...]:
+        return self.multimodal.embed_multimodal(placeholder_counts=placeholder_counts, **kwargs)
+
+
+class RaisingLoRAEmbedding(LoRAEmbedding):
+    """The reference's LoRA embedding wrapper, refusing to run: encoder-internal tokens must be
+    embedded with ``base_layer``."""
+
+    def __init__(self, base_layer: nn.Module) -> None:
+        assert isinstance(base_layer, nn.Embedding)
+        super().__init__(base_layer, LoRAContext(1), slots=1, max_rank=1)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        raise RuntimeError("the LoRA wrapper embedded tokens that have no mapping entry")
