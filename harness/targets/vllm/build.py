@@ -18,7 +18,7 @@ import json
 import time
 import types
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +40,6 @@ class Timings:
     construct_s: float = 0.0
     load_s: float = 0.0
     post_load_s: float = 0.0
-    steps: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, float]:
         return {
@@ -189,3 +188,39 @@ def expected_parameter(
 
 #: Checkpoint prefixes of the towers and the connector (vLLM's loader skips them text-only).
 TOWER_PREFIXES = ("vision_model.", "mlp1.", "vision_projector.", "sound_")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m harness.targets.vllm [--dynamic] [--t2] [--no-audio] [--mtp]``: build
+    one variant's model in this fresh process and print the seconds each step took."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("--dynamic", action="store_true", help="dynamic-resolution images")
+    parser.add_argument("--t2", action="store_true", help="video temporal patch 2")
+    parser.add_argument("--no-audio", action="store_true", help="no audio tower")
+    parser.add_argument("--mtp", action="store_true", help="MTP layers (vision_final_layernorm)")
+    args = parser.parse_args(argv)
+    start = time.perf_counter()
+    from harness.checkpoint import ModelSpec, checkpoint_folder
+    from harness.targets.vllm.files import MODEL_MODULE
+    from harness.targets.vllm.runtime import import_vllm_module
+
+    module = import_vllm_module(MODEL_MODULE)
+    imported = time.perf_counter() - start
+    spec = ModelSpec(
+        dynamic_resolution=args.dynamic,
+        video_temporal_patch_size=2 if args.t2 else 1,
+        audio=not args.no_audio,
+        mtp=args.mtp,
+    )
+    start = time.perf_counter()
+    folder = checkpoint_folder(spec)
+    written = time.perf_counter() - start
+    timings = Timings()
+    model = build_and_load(module, folder, timings)
+    params = sum(p.numel() for p in model.parameters())
+    steps = {"import_s": round(imported, 3), "checkpoint_s": round(written, 3)}
+    steps.update(timings.as_dict())
+    print(json.dumps({"spec": spec.slug, "parameters": params, **steps}))
+    return 0
