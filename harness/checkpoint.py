@@ -48,7 +48,8 @@ AUTO_CONFIG = f"{CONFIG_MODULE.stem}.NanoNemotronVLConfig"
 class ModelSpec:
     """A variant of the tiny checkpoint, and the sizes the suites read from it.
 
-    The default is the Omni-shaped language model with static 64 px tiles, ``T = 1`` and audio.
+    The default is the V2-shaped language model (every kind vLLM builds on a CPU) with static
+    64 px tiles, ``T = 1`` and audio.
     """
 
     language_model: Literal["v2", "omni"] = "v2"
@@ -77,10 +78,6 @@ class ModelSpec:
     @property
     def patch_size(self) -> int:
         return 16
-
-    @property
-    def vit_hidden_size(self) -> int:
-        return RADIO_SIZES[RADIO_MODEL][0]
 
     @property
     def tokens_per_tile(self) -> int:
@@ -249,7 +246,7 @@ def write_checkpoint(
 
 _FOLDERS: dict[tuple[ModelSpec, int], Path] = {}
 _FOLDERS_LOCK = threading.Lock()
-_ROOT: list[Path] = []
+_TEMP_ROOT: list[Path] = []
 
 
 def checkpoint_folder(spec: ModelSpec, seed: int = 0) -> Path:
@@ -257,9 +254,10 @@ def checkpoint_folder(spec: ModelSpec, seed: int = 0) -> Path:
     with _FOLDERS_LOCK:
         key = (spec, seed)
         if key not in _FOLDERS:
-            if not _ROOT:
+            if not _TEMP_ROOT:
                 root = Path(tempfile.mkdtemp(prefix="nemotron-vl-checkpoints-"))
                 atexit.register(shutil.rmtree, root, ignore_errors=True)
-                _ROOT.append(root)
-            _FOLDERS[key] = write_checkpoint(spec, _ROOT[0] / f"{spec.slug}-seed{seed}", seed=seed)
+                _TEMP_ROOT.append(root)
+            folder = _TEMP_ROOT[0] / f"{spec.slug}-seed{seed}"
+            _FOLDERS[key] = write_checkpoint(spec, folder, seed=seed)
         return _FOLDERS[key]

@@ -105,7 +105,7 @@ class ResultsRecorder:
             "exit_status": int(exitstatus),
             "checks": sorted(self.results.values(), key=lambda r: str(r["id"])),
             "stale_deviations": stale_deviations(self.config) if self.check_ids else [],
-            "build_timings": dict(getattr(target, "timings", {})),
+            "build_timings": dict(target.timings),
         }
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.path.write_text(json.dumps(payload, indent=2) + "\n")

@@ -139,6 +139,8 @@ def make_model(target: Target, device: torch.device) -> Callable[..., Multimodal
             return target.model(ModelSpec(**spec_fields), device)  # type: ignore[arg-type]
         except TargetUnavailable as e:
             pytest.skip(f"target {target.name!r} unavailable: {e}")
+        except NeedsCuda as e:
+            pytest.skip(f"needs CUDA: {e}")
 
     return make
 

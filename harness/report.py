@@ -151,9 +151,10 @@ def render_markdown(report: dict[str, Any]) -> str:
             lines += ["", f"**`{t['selector']}` could not run:** {t['problem']}"]
     lines += [
         "",
-        "What the checks ran on (a real model: built by the target's constructor and loaded by "
-        "its loader from the checkpoint folder; a shell: an instance made without its "
-        "constructor; classes and functions: no instance):",
+        "What the checks ran on (a real model: built by the target's own constructor, loaded "
+        "by its loader from the checkpoint folder or, for minimal-layer builds, with dummy "
+        "weights; a shell: an instance made without its constructor; classes and functions: "
+        "no instance):",
         "",
     ]
     for t in targets:

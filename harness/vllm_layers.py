@@ -1,9 +1,9 @@
 """vLLM's own layers on CPU, as independent implementations for the reference's parity tests.
 
-Running vLLM modules outside an engine takes, once per process: a current ``VllmConfig``, a
-one-process gloo "distributed" group and model-parallel groups; and after building a module,
+Running vLLM modules outside an engine takes the process-wide runtime of
+:mod:`harness.targets.vllm.runtime`, and after building a module
 ``process_weights_after_loading`` on each linear layer's quant method (the CPU linear kernels
-are set up there). This module owns those steps, so tests never import vLLM directly.
+are set up there): :func:`finish`. Tests reach vLLM's layers only through this module.
 """
 
 from __future__ import annotations

@@ -78,7 +78,8 @@ class ParsedModality:
 
 @dataclass
 class EncoderCalls:
-    """What the recording test doubles saw since the last reset."""
+    """The calls the towers received since the last reset (recorded by hooks on the real
+    towers; what runs is unchanged)."""
 
     vision: list[str] = field(default_factory=list)  # one entry per call: "tiles", "video", ...
     audio: list[int] = field(default_factory=list)  # clips per call
@@ -173,9 +174,6 @@ class MultimodalModel(abc.ABC):
     :attr:`calls`, and what a check changes (the LoRA wrapper) it restores.
     """
 
-    #: how the checks reach this model (:data:`CHECK_PATHS`)
-    check_path: str = REAL_MODEL
-
     def __init__(
         self,
         spec: ModelSpec,
@@ -243,9 +241,6 @@ class ProcessorMetadata(abc.ABC):
     """The processing metadata questions, answered with the processor factory refusing to run
     (vLLM PR #38655: building the processor in a hot path races on the shared tokenizer)."""
 
-    #: how the checks reach the metadata (:data:`CHECK_PATHS`)
-    check_path: str = FUNCTIONS
-
     @abc.abstractmethod
     def supports_video(self) -> bool: ...
 
@@ -263,6 +258,9 @@ class Target(abc.ABC):
     devices: frozenset[str] = frozenset({"cpu"})
     #: the known-deviation file under ``fixtures/deviations/`` that applies to this target
     deviations_name: str = ""
+    #: seconds per step of what the target built (``"import"``, then one entry per model
+    #: variant), written into the results
+    timings: dict[str, dict[str, float]]
 
     @property
     @abc.abstractmethod
@@ -287,7 +285,8 @@ class Target(abc.ABC):
     @abc.abstractmethod
     def model(self, spec: ModelSpec, device: torch.device) -> MultimodalModel:
         """The model of ``spec``'s checkpoint folder, built and loaded by the target's own
-        constructor and loader (once per spec and device; shared)."""
+        constructor and loader (once per spec, and device where the target runs on several;
+        shared)."""
 
     # Weight loading ----------------------------------------------------------------------
 

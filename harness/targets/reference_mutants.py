@@ -10,7 +10,8 @@ the target loads) so the harness's own tests can prove that a suite catches it:
 - ``lora-metadata-drift``: the VL class's ``embedding_modules`` differ from the LM's (#56231);
 - ``contract-accepts-wrong-shape``: the static-tile pixel contract validates nothing;
 - ``text-only-loads-tower-weights``: text-only loading still reads the towers' tensors (#41205);
-- ``tower-weights-kept-by-reference``: streamed tensors kept by reference, not copied (#42244).
+- ``weights-kept-by-reference``: every streamed tensor kept by reference, not copied (#42244's
+  class, wider than the towers it hit upstream).
 """
 
 from __future__ import annotations
@@ -74,7 +75,7 @@ def _text_only_loads_tower_weights() -> None:
     weights.TOWER_PREFIXES = ()
 
 
-def _tower_weights_kept_by_reference() -> None:
+def _weights_kept_by_reference() -> None:
     from reference_impl import weights
 
     weights.copy_streamed = lambda tensor: tensor
@@ -87,7 +88,7 @@ REFERENCE_MUTANTS: dict[str, Callable[[], None]] = {
     "lora-metadata-drift": _lora_metadata_drift,
     "contract-accepts-wrong-shape": _contract_accepts_wrong_shape,
     "text-only-loads-tower-weights": _text_only_loads_tower_weights,
-    "tower-weights-kept-by-reference": _tower_weights_kept_by_reference,
+    "weights-kept-by-reference": _weights_kept_by_reference,
 }
 
 

@@ -9,8 +9,13 @@
 - ``language_model.backbone.*`` and ``language_model.model.*`` names both load (vLLM #39901).
 - A missing or an unexpected tensor is named in a clear error, never silently skipped.
 
-The comparison starts from parameters set to NaN, so a parameter the loader leaves alone is
-seen as not loaded, whatever its initial value.
+The comparison starts from parameters (and the buffers a checkpoint carries) set to NaN, so one
+the loader leaves alone is seen as not loaded, whatever its initial value. On vLLM the expected
+tensor of each parameter follows vLLM's naming (fused q/k/v, ``A = -exp(A_log)``, RADIO's
+renamed blocks), written from vLLM's loader, independently of the reference that wrote the
+folder: every vLLM parameter equal to the folder's tensor also shows that the reference's
+checkpoint naming is the checkpoint's. On the reference the comparison maps names with the
+reference's own checkpoint naming, so it checks what was loaded, not the naming.
 """
 
 from __future__ import annotations
@@ -42,12 +47,17 @@ def checkpoint(spec: ModelSpec):
 
 
 def names_for(name: str) -> list[str]:
-    """Ways an error may name a checkpoint tensor: its name, or from its layer on (with or
-    without the parameter's last component)."""
+    """Ways an error may name a checkpoint tensor (a target names it by its own parameter name,
+    whose prefix may differ): the whole name; from its layer on, with or without the last
+    component; its last two components when they say more than an index and ``weight``."""
+    names = [name]
     found = re.search(r"(layers|blocks)\.\d+\..*", name)
-    if found is None:
-        return [name]
-    return [name, found.group(0), found.group(0).rsplit(".", 1)[0]]
+    if found is not None:
+        names += [found.group(0), found.group(0).rsplit(".", 1)[0]]
+    last_two = name.split(".")[-2:]
+    if not last_two[0].isdigit():
+        names.append(".".join(last_two))
+    return names
 
 
 def assert_all_loaded(result, only: str = "") -> None:

@@ -125,23 +125,24 @@ def test_results_json_records_target_and_outcomes(tmp_path):
     assert Path(tmp_path / "results.json").is_file()
 
 
-def test_reference_models_of_one_spec_are_identical():
-    """A model is a function of its checkpoint folder: two targets (whatever the global RNG did
-    in between) give the same outputs, so CPU/CUDA and cross-target comparisons compare
-    implementations, not seeds."""
+def test_checkpoint_folders_of_one_spec_are_identical(tmp_path):
+    """A folder is a function of its spec and seed: two writes (whatever the global RNG did in
+    between) hold the same tensors, so a model built from it is the same in every process and
+    CPU/CUDA and cross-target comparisons compare implementations, not seeds."""
     import torch
 
-    from harness import inputs
-    from harness.assertions import assert_same_tensors
-    from harness.checkpoint import ModelSpec
-    from harness.targets.reference import ReferenceTarget
+    from harness.checkpoint import ModelSpec, write_checkpoint
+    from reference_impl.checkpoint import read_weights
 
-    spec = ModelSpec()
-    kwargs = inputs.combine([inputs.image_pixels(spec, [2]), inputs.audio_features(spec, [1])])
-    first = ReferenceTarget().model(spec, torch.device("cpu")).embed_multimodal(**kwargs)
+    spec = ModelSpec(audio=False)
+    first = read_weights(write_checkpoint(spec, tmp_path / "a"))
     torch.randn(100)  # move the global RNG
-    second = ReferenceTarget().model(spec, torch.device("cpu")).embed_multimodal(**kwargs)
-    assert_same_tensors(second, first, "second model")
+    second = read_weights(write_checkpoint(spec, tmp_path / "b"))
+    assert first.keys() == second.keys()
+    for name, tensor in first.items():
+        assert torch.equal(tensor, second[name]), name
+    other = read_weights(write_checkpoint(spec, tmp_path / "c", seed=1))
+    assert not torch.equal(other["mlp1.1.weight"], first["mlp1.1.weight"])
 
 
 def test_vllm_target_without_vllm_is_unavailable(monkeypatch):

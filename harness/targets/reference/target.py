@@ -168,6 +168,7 @@ class ReferenceTarget(Target):
     def __init__(self) -> None:
         self._models: dict[tuple[ModelSpec, str], ReferenceModel] = {}
         self._fresh: dict[ModelSpec, NanoNemotronVLForConditionalGeneration] = {}
+        self.timings: dict[str, dict[str, float]] = {}
 
     def model(self, spec: ModelSpec, device: torch.device) -> MultimodalModel:
         key = (spec, str(device))
@@ -191,8 +192,9 @@ class ReferenceTarget(Target):
             )
         model = self._fresh[spec]
         with torch.no_grad():
-            for param in model.parameters():
-                param.fill_(float("nan"))  # a parameter the loader leaves alone stays NaN
+            for tensor in [*model.parameters(), *model.buffers()]:
+                if tensor.is_floating_point():
+                    tensor.fill_(float("nan"))  # a tensor the loader leaves alone stays NaN
         reads: list[str] = []
         load_vl_checkpoint(
             model, recording_reads(weights, TOWER_PREFIXES, reads), text_only=text_only

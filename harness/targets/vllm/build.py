@@ -3,6 +3,7 @@
 - :func:`engine_config`: ``ModelConfig`` and ``VllmConfig`` from the folder (offline,
   ``trust_remote_code`` for the folder's configuration module, ``enable_mm_embeds`` so embedding
   inputs are accepted; every modality limit 0 for text-only; ``hf_overrides`` as given).
+- :func:`load_stream`: vLLM's loader fed a stream of checkpoint tensors.
 - :func:`build_and_load`: the model class from vLLM's registry (checked to be the class of the
   file under test), then the steps of vLLM's ``BaseModelLoader.load_model``: its constructor
   (``create_model``), ``DefaultModelLoader.load_weights`` reading the folder's safetensors, and
@@ -17,7 +18,7 @@ from __future__ import annotations
 import json
 import time
 import types
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -71,7 +72,7 @@ def engine_config(
     )
 
 
-def registered_class(module: types.ModuleType, vllm_config: Any) -> type[torch.nn.Module]:
+def check_registered_class(module: types.ModuleType, vllm_config: Any) -> None:
     """The class vLLM's registry resolves for the folder's architecture; it must be the class
     of the file under test (``vllm-file:`` targets replace the module the registry imports)."""
     from vllm.model_executor.model_loader.utils import get_model_architecture
@@ -83,8 +84,6 @@ def registered_class(module: types.ModuleType, vllm_config: Any) -> type[torch.n
             f"vLLM's registry resolved {arch!r} to {cls.__module__}.{cls.__qualname__}, not the "
             f"class of the file under test ({getattr(module, '__file__', '?')})"
         )
-    registered: type[torch.nn.Module] = expected
-    return registered
 
 
 def construct(module: types.ModuleType, vllm_config: Any) -> Any:
@@ -93,7 +92,7 @@ def construct(module: types.ModuleType, vllm_config: Any) -> Any:
     from vllm.model_executor.model_loader import get_model_loader
     from vllm.utils.torch_utils import set_default_torch_dtype
 
-    registered_class(module, vllm_config)
+    check_registered_class(module, vllm_config)
     loader = get_model_loader(vllm_config.load_config)
     model_config = vllm_config.model_config
     try:
@@ -106,8 +105,26 @@ def construct(module: types.ModuleType, vllm_config: Any) -> Any:
         raise
 
 
-def build_and_load(module: types.ModuleType, folder: Path, timings: Timings | None = None) -> Any:
-    """Build the folder's model with vLLM's constructor and load it with vLLM's loader."""
+def load_stream(model: Any, vllm_config: Any, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
+    """vLLM's ``DefaultModelLoader.load_weights`` with ``weights`` in place of the folder's
+    safetensors iterator: the model's ``load_weights`` and the loader's own check of what it
+    reports loaded both run."""
+    from vllm.config import set_current_vllm_config
+    from vllm.model_executor.model_loader import get_model_loader
+
+    loader = get_model_loader(vllm_config.load_config)
+    loader.get_all_weights = lambda model_config, model: weights
+    loader.counter_before_loading_weights = time.perf_counter()
+    with set_current_vllm_config(vllm_config):
+        loader.load_weights(model, vllm_config.model_config)
+
+
+def build_and_load(
+    module: types.ModuleType, folder: Path, timings: Timings | None = None
+) -> tuple[Any, Any]:
+    """Build the folder's model with vLLM's constructor and load it with vLLM's loader;
+    returns the model and its ``VllmConfig``."""
+    from vllm.config import set_current_vllm_config
     from vllm.model_executor.model_loader import get_model_loader
     from vllm.model_executor.model_loader.utils import process_weights_after_loading
 
@@ -120,13 +137,14 @@ def build_and_load(module: types.ModuleType, folder: Path, timings: Timings | No
     timings.construct_s = time.perf_counter() - start
     start = time.perf_counter()
     model_config = vllm_config.model_config
-    get_model_loader(vllm_config.load_config).load_weights(model, model_config)
+    with set_current_vllm_config(vllm_config):
+        get_model_loader(vllm_config.load_config).load_weights(model, model_config)
     timings.load_s = time.perf_counter() - start
     start = time.perf_counter()
-    with without_avx512_bf16():
+    with without_avx512_bf16(), set_current_vllm_config(vllm_config):
         process_weights_after_loading(model, model_config, torch.device("cpu"))
     timings.post_load_s = time.perf_counter() - start
-    return model.eval()
+    return model.eval(), vllm_config
 
 
 # ---------------------------------------------------------------------------------------------
@@ -186,10 +204,6 @@ def expected_parameter(
     return tensor
 
 
-#: Checkpoint prefixes of the towers and the connector (vLLM's loader skips them text-only).
-TOWER_PREFIXES = ("vision_model.", "mlp1.", "vision_projector.", "sound_")
-
-
 def main(argv: list[str] | None = None) -> int:
     """``python -m harness.targets.vllm [--dynamic] [--t2] [--no-audio] [--mtp]``: build
     one variant's model in this fresh process and print the seconds each step took."""
@@ -218,7 +232,7 @@ def main(argv: list[str] | None = None) -> int:
     folder = checkpoint_folder(spec)
     written = time.perf_counter() - start
     timings = Timings()
-    model = build_and_load(module, folder, timings)
+    model, _ = build_and_load(module, folder, timings)
     params = sum(p.numel() for p in model.parameters())
     steps = {"import_s": round(imported, 3), "checkpoint_s": round(written, 3)}
     steps.update(timings.as_dict())

@@ -17,11 +17,12 @@ from harness.targets.base import EncoderCalls, MultimodalModel, ParsedModality
 
 
 class VllmModel(MultimodalModel):
-    def __init__(self, model: Any, spec: ModelSpec) -> None:
+    def __init__(self, model: Any, vllm_config: Any, spec: ModelSpec) -> None:
         calls = EncoderCalls()
         dtype = next(model.mlp1.parameters()).dtype
         super().__init__(spec, calls, torch.device("cpu"), dtype)
         self.model = model
+        self.vllm_config = vllm_config
         model.vision_model.register_forward_pre_hook(self._record_vision, with_kwargs=True)
         if model.sound_encoder is not None:
             model.sound_encoder.register_forward_pre_hook(self._record_audio)
@@ -58,14 +59,23 @@ class VllmModel(MultimodalModel):
             backbone.embed_tokens = original
 
     def _parse(self, **kwargs: object) -> dict[str, ParsedModality]:
-        parsed = self.model._parse_and_validate_multimodal_inputs(**kwargs)
+        with self._current_config():
+            parsed = self.model._parse_and_validate_multimodal_inputs(**kwargs)
         return {modality: _normalise(inputs) for modality, inputs in parsed.items()}
 
     def _embed(
         self, placeholder_counts: list[int] | None, **kwargs: object
     ) -> tuple[torch.Tensor, ...]:
         # vLLM has no placeholder-count check at this boundary: the counts are not passed.
-        return tuple(self.model.embed_multimodal(**kwargs))
+        with self._current_config():
+            return tuple(self.model.embed_multimodal(**kwargs))
+
+    def _current_config(self) -> contextlib.AbstractContextManager[Any]:
+        """The model's engine config as the current one, as in vLLM's worker."""
+        from vllm.config import set_current_vllm_config
+
+        context: contextlib.AbstractContextManager[Any] = set_current_vllm_config(self.vllm_config)
+        return context
 
 
 def _normalise(inputs: Any) -> ParsedModality:

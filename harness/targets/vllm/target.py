@@ -55,6 +55,7 @@ from harness.targets.vllm.runtime import import_vllm_module, vllm_version, witho
 from harness.weight_streams import recording_reads
 from reference_impl.checkpoint import read_weights
 from reference_impl.config import NemotronHConfig
+from reference_impl.weights import TOWER_PREFIXES
 
 #: What each concern of the suites runs on, for this target.
 CHECK_PATHS = {
@@ -67,8 +68,6 @@ CHECK_PATHS = {
 
 class RefusingMetadata(ProcessorMetadata):
     """vLLM's ``NanoNemotronVLProcessingInfo`` on a context whose processor factory refuses."""
-
-    check_path = SHELL
 
     def __init__(self, module: types.ModuleType, hf_config: Any, tokenizer: object) -> None:
         self.module = module
@@ -115,9 +114,9 @@ class VllmTarget(Target):
     def __init__(self) -> None:
         self._module: types.ModuleType | None = None
         self._models: dict[ModelSpec, VllmModel] = {}
-        self._fresh: dict[tuple[ModelSpec, bool], Any] = {}  # vLLM's model, weights not loaded
-        self._configs: dict[str, Any] = {}
-        #: seconds per step of each model built, by spec (reported in the results)
+        self._fresh: dict[tuple[ModelSpec, bool], tuple[Any, Any]] = {}  # (model, VllmConfig)
+        self._engine_configs: dict[str, Any] = {}  # VllmConfigs by their text_config override
+        self._hf_configs: dict[ModelSpec, Any] = {}
         self.timings: dict[str, dict[str, float]] = {}
 
     @property
@@ -158,9 +157,9 @@ class VllmTarget(Target):
             folder = checkpoint_folder(spec)
             written = time.perf_counter() - start
             timings = build.Timings()
-            built = build.build_and_load(module, folder, timings)
+            built, vllm_config = build.build_and_load(module, folder, timings)
             self.timings[spec.slug] = {"checkpoint_s": round(written, 3), **timings.as_dict()}
-            self._models[spec] = VllmModel(built, spec)
+            self._models[spec] = VllmModel(built, vllm_config, spec)
         model = self._models[spec]
         model.calls.reset()
         return model
@@ -174,43 +173,30 @@ class VllmTarget(Target):
         *,
         text_only: bool = False,
     ) -> LoadedWeights:
-        model = self._fresh_model(spec, text_only)
+        model, vllm_config = self._fresh_model(spec, text_only)
         checkpoint = read_weights(checkpoint_folder(spec))
-        params = dict(model.named_parameters())
+        tensors = {**dict(model.named_parameters()), **dict(model.named_buffers())}
+        compared = {
+            name: tensor
+            for name, tensor in tensors.items()
+            if name in dict(model.named_parameters())
+            or build.checkpoint_name(name) in checkpoint  # buffers the checkpoint carries
+        }
         with torch.no_grad():
-            for name, param in params.items():
-                if build.checkpoint_name(name) is not None and param.is_floating_point():
-                    param.fill_(float("nan"))  # a parameter the loader leaves alone stays NaN
+            for name, tensor in compared.items():
+                if build.checkpoint_name(name) is not None and tensor.is_floating_point():
+                    tensor.fill_(float("nan"))  # a tensor the loader leaves alone stays NaN
         reads: list[str] = []
-        model.load_weights(recording_reads(weights, build.TOWER_PREFIXES, reads))
-        not_loaded, differing = [], []
-        with torch.no_grad():
-            for name, param in params.items():
-                expected = build.expected_parameter(name, param.shape, checkpoint)
-                if expected is None:
-                    if name.endswith(build.CONSTRUCTOR_INITIALISED) and not torch.equal(
-                        param, torch.ones_like(param)
-                    ):
-                        differing.append(f"{name}: not the identity layer scale")
-                    continue
-                if param.is_floating_point() and torch.isnan(param).any():
-                    not_loaded.append(name)
-                elif expected.shape != param.shape:
-                    differing.append(
-                        f"{name}: shape {tuple(param.shape)}, checkpoint {tuple(expected.shape)}"
-                    )
-                elif not torch.equal(param.to(expected.dtype), expected):
-                    diff = (param.float() - expected.float()).abs().max().item()
-                    differing.append(f"{name}: max |difference| {diff:.3g}")
-        return LoadedWeights(not_loaded, differing, reads)
+        build.load_stream(model, vllm_config, recording_reads(weights, TOWER_PREFIXES, reads))
+        return LoadedWeights(*_compare(compared, checkpoint), reads)
 
-    def _fresh_model(self, spec: ModelSpec, text_only: bool) -> Any:
-        """A model of ``spec`` from vLLM's constructor, weights not loaded (one per spec and
-        mode; every load check poisons its parameters first)."""
+    def _fresh_model(self, spec: ModelSpec, text_only: bool) -> tuple[Any, Any]:
+        """A model of ``spec`` from vLLM's constructor and its engine config, weights not
+        loaded (one per spec and mode; every load check poisons its tensors first)."""
         key = (spec, text_only)
         if key not in self._fresh:
             vllm_config = build.engine_config(checkpoint_folder(spec), text_only=text_only)
-            self._fresh[key] = build.construct(self.load(), vllm_config)
+            self._fresh[key] = (build.construct(self.load(), vllm_config), vllm_config)
         return self._fresh[key]
 
     # Input contracts ---------------------------------------------------------------------
@@ -251,11 +237,11 @@ class VllmTarget(Target):
 
         fields = {k: v for k, v in text_config.to_transformers_dict().items() if k != "model_type"}
         key = json.dumps(fields, sort_keys=True)
-        if key not in self._configs:
-            self._configs[key] = build.engine_config(
+        if key not in self._engine_configs:
+            self._engine_configs[key] = build.engine_config(
                 checkpoint_folder(ModelSpec()), hf_overrides={"text_config": fields}
             )
-        engine = self._configs[key]
+        engine = self._engine_configs[key]
         engine.parallel_config.tensor_parallel_size = tp_size
         engine.compilation_config.static_forward_context["harness_live_layer"] = LiveParameter(
             torch.zeros(2)
@@ -308,10 +294,10 @@ class VllmTarget(Target):
     # Processor ---------------------------------------------------------------------------
 
     def metadata(self, spec: ModelSpec, tokenizer: object) -> ProcessorMetadata:
-        key = f"hf_config:{spec.slug}"
-        if key not in self._configs:
-            self._configs[key] = build.engine_config(checkpoint_folder(spec)).model_config.hf_config
-        return RefusingMetadata(self.load(), self._configs[key], tokenizer)
+        if spec not in self._hf_configs:
+            config = build.engine_config(checkpoint_folder(spec)).model_config.hf_config
+            self._hf_configs[spec] = config
+        return RefusingMetadata(self.load(), self._hf_configs[spec], tokenizer)
 
     def video_replacement(
         self,
@@ -394,6 +380,31 @@ class VllmTarget(Target):
             multimodal=lora_attributes(cls),
             language_model=lora_attributes(module.NemotronHForCausalLM),
         )
+
+
+def _compare(
+    tensors: dict[str, torch.Tensor], checkpoint: dict[str, torch.Tensor]
+) -> tuple[list[str], list[str]]:
+    """vLLM's loaded tensors against the checkpoint: (not loaded, differing with what)."""
+    not_loaded, differing = [], []
+    with torch.no_grad():
+        for name, tensor in tensors.items():
+            expected = build.expected_parameter(name, tensor.shape, checkpoint)
+            if expected is None:
+                if not name.endswith(build.CONSTRUCTOR_INITIALISED):
+                    differing.append(f"{name}: no checkpoint tensor is known to load it")
+                elif not torch.equal(tensor, torch.ones_like(tensor)):
+                    differing.append(f"{name}: not the identity layer scale")
+            elif tensor.is_floating_point() and torch.isnan(tensor).any():
+                not_loaded.append(name)
+            elif expected.shape != tensor.shape:
+                differing.append(
+                    f"{name}: shape {tuple(tensor.shape)}, checkpoint {tuple(expected.shape)}"
+                )
+            elif not torch.equal(tensor.to(expected.dtype), expected):
+                diff = (tensor.float() - expected.float()).abs().max().item()
+                differing.append(f"{name}: max |difference| {diff:.3g}")
+    return not_loaded, differing
 
 
 class VllmFileTarget(VllmTarget):
