@@ -1,12 +1,22 @@
-"""Apply the target's known deviations (``fixtures/deviations/<target>.toml``) as strict xfails."""
+"""Apply the target's known deviations (``fixtures/deviations/<target>.toml``) as strict xfails
+whose cause is pinned: an expected failure with another exception, or a message that does not
+match, is a failure naming both causes; the actual cause of every expected failure is recorded
+on its report (``user_properties["actual_cause"]``)."""
 
 from __future__ import annotations
 
+from collections.abc import Generator
 from pathlib import Path
 
 import pytest
 
-from harness.deviations import Deviation, DeviationFileError, deviations_path, load_deviations
+from harness.deviations import (
+    Deviation,
+    DeviationFileError,
+    describe,
+    deviations_path,
+    load_deviations,
+)
 from harness.pytest_target import current_target
 
 DEVIATIONS_KEY = pytest.StashKey[dict[str, Deviation]]()
@@ -47,6 +57,27 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if deviation is not None and is_check(item):
             item.add_marker(pytest.mark.xfail(reason=deviation.reason, strict=True))
             applied.add(item.nodeid)
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """After the xfail marker has turned a failure into an expected one, check its cause."""
+    report = yield
+    deviation = item.config.stash[DEVIATIONS_KEY].get(item.nodeid)
+    if deviation is None or call.when != "call" or call.excinfo is None:
+        return report
+    exc = call.excinfo.value
+    if not getattr(report, "wasxfail", None):
+        return report
+    report.user_properties.append(("actual_cause", describe(exc)))
+    different = deviation.cause_of(exc)
+    if different is not None:
+        del report.wasxfail  # set by pytest's skipping plugin
+        report.outcome = "failed"
+        report.longrepr = f"known deviation failed for another reason: {different}"
+    return report
 
 
 def stale_deviations(config: pytest.Config) -> list[str]:

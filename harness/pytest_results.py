@@ -96,6 +96,9 @@ class ResultsRecorder:
             "runs_on": self.runs_on.get(report.nodeid),
             "duration_s": round(report.duration, 4),
         }
+        actual = dict(report.user_properties).get("actual_cause")
+        if actual is not None:  # the exception behind an expected failure
+            self.results[report.nodeid]["actual_cause"] = str(actual)
 
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         target = current_target(self.config)

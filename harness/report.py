@@ -46,6 +46,9 @@ def _cell(check: dict[str, Any] | None) -> str:
     reason = " ".join(reason.split())
     if len(reason) > 160:
         reason = reason[:157] + "..."
+    if check.get("actual_cause"):
+        actual = check["actual_cause"]
+        reason += " — actual: " + (actual[:157] + "..." if len(actual) > 160 else actual)
     cell = f"{label}{runs_on}: {reason}" if reason else label + runs_on
     return cell.replace("|", "\\|")
 
@@ -183,9 +186,10 @@ def render_markdown(report: dict[str, Any]) -> str:
         lines += [f"- `{sel}`: `{check}`" for sel, check in stale]
     lines += [
         "",
-        "Legend: *pass*; **FAIL** (a check failed); *xfail* (a known deviation listed in "
-        "`fixtures/deviations/`, with its reason); **XPASS** (a known deviation now passes: "
-        "remove its entry); *skip* (not applicable here, with the reason).",
+        "Legend: *pass*; **FAIL** (a check failed, or a known deviation failed for another "
+        "reason than its pinned cause); *xfail* (a known deviation listed in "
+        "`fixtures/deviations/`, with its reason and the actual exception); **XPASS** (a known "
+        "deviation now passes: remove its entry); *skip* (not applicable here, with the reason).",
         "",
     ]
     return "\n".join(lines)

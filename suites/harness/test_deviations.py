@@ -11,6 +11,14 @@ from harness.deviations import DEVIATIONS_DIR, DeviationFileError, load_deviatio
 from suites.harness.helpers import ROOT, run_suites
 
 CHECK = "suites/conformance/test_passthrough.py::test_the_upstream_reproducer"
+PIN = "raises = 'ValueError'\nmatch = 'x'\n"
+
+
+def entry(check, reason="because", raises="ValueError", match="x"):
+    return (
+        f"[[deviation]]\ncheck = '{check}'\nreason = '{reason}'\n"
+        f"raises = '{raises}'\nmatch = '''{match}'''\n"
+    )
 
 
 def write(tmp_path, text):
@@ -20,8 +28,13 @@ def write(tmp_path, text):
 
 
 def test_load_entries(tmp_path):
-    path = write(tmp_path, f'[[deviation]]\ncheck = "{CHECK}"\nreason = "because"\n')
-    assert load_deviations(path)[CHECK].reason == "because"
+    path = write(tmp_path, entry(CHECK, match="^data"))
+    deviation = load_deviations(path)[CHECK]
+    assert (deviation.reason, deviation.raises, deviation.match) == (
+        "because",
+        "ValueError",
+        "^data",
+    )
 
 
 def test_missing_file_means_no_deviations(tmp_path):
@@ -31,10 +44,15 @@ def test_missing_file_means_no_deviations(tmp_path):
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ("[[deviation]]\ncheck = 'a::b'\n", r"expected the keys \['check', 'reason'\]"),
-        ("[[deviation]]\ncheck = 'nope'\nreason = 'r'\n", "check: expected a test id"),
-        ("[[deviation]]\ncheck = 'a::b'\nreason = ' '\n", "reason: expected a non-empty string"),
-        ("[[deviation]]\ncheck = 'a::b'\nreason = 'r'\n" * 2, "listed twice"),
+        (
+            "[[deviation]]\ncheck = 'a::b'\nreason = 'r'\n",
+            r"expected the keys \['check', 'match', 'raises', 'reason'\]",
+        ),
+        ("[[deviation]]\ncheck = 'nope'\nreason = 'r'\n" + PIN, "check: expected a test id"),
+        ("[[deviation]]\ncheck = 'a::b'\nreason = ' '\n" + PIN, "reason: expected a non-empty"),
+        (entry("a::b", raises="not a name"), "raises: expected an exception type's name"),
+        (entry("a::b", match="(unclosed"), "match: expected a regular expression"),
+        (entry("a::b") * 2, "listed twice"),
         ("[other]\nx = 1\n", r"expected only \[\[deviation\]\] tables"),
         ("[[deviation]\n", "not valid TOML"),
     ],
@@ -46,17 +64,57 @@ def test_malformed_files_name_the_problem(tmp_path, text, message):
 
 def test_a_deviation_that_now_passes_fails_the_run(tmp_path):
     """Strict: a fix upstream shows up as an unexpected pass, and the run fails."""
-    path = write(tmp_path, f'[[deviation]]\ncheck = "{CHECK}"\nreason = "was broken"\n')
+    path = write(tmp_path, entry(CHECK, reason="was broken"))
     run = run_suites(tmp_path, f"--deviations={path}", "-k", "test_the_upstream_reproducer")
     assert run.returncode == 1
-    entry = run.outcome(CHECK)
-    assert entry["outcome"] == "xpass"
-    assert "was broken" in entry["reason"]
+    result = run.outcome(CHECK)
+    assert result["outcome"] == "xpass"
+    assert "was broken" in result["reason"]
+
+
+PIXELS_RANK = (
+    "suites/conformance/test_contracts.py::test_invalid_inputs_are_rejected_naming_the_field"
+    "[pixels-rank]"
+)
+
+
+@pytest.mark.parametrize(
+    ("raises", "match", "outcome"),
+    [
+        ("AssertionError", "the call succeeded$", "xfail"),
+        ("ValueError", "the call succeeded$", "fail"),
+        ("AssertionError", "^pixel_values_flat: expected", "fail"),
+    ],
+    ids=["the-pinned-cause", "another-type", "another-message"],
+)
+def test_a_deviation_fails_as_known_only_for_its_pinned_cause(tmp_path, raises, match, outcome):
+    """A reference mutant that skips the pixel contract fails this check with "the call
+    succeeded": it is an expected failure only while the pinned type and pattern match, else a
+    failure naming both causes; the actual cause of an expected failure is recorded."""
+    path = write(tmp_path, entry(PIXELS_RANK, raises=raises, match=match))
+    run = run_suites(
+        tmp_path,
+        "--target=reference-mutant:contract-accepts-wrong-shape",
+        f"--deviations={path}",
+        "-k",
+        "pixels-rank",
+        suite="suites/conformance/test_contracts.py",
+    )
+    result = run.outcome(PIXELS_RANK)
+    assert result["outcome"] == outcome, result
+    if outcome == "xfail":
+        assert run.returncode == 0, run.output[-2000:]
+        assert result["actual_cause"].startswith("AssertionError: expected a clear error")
+    else:
+        assert run.returncode == 1
+        assert "known deviation failed for another reason" in result["reason"]
+        assert f"expected {raises} matching {match!r}" in result["reason"]
+        assert "got AssertionError: expected a clear error" in result["reason"]
 
 
 def test_stale_entries_are_reported(tmp_path):
     stale = "suites/conformance/test_passthrough.py::test_renamed_away"
-    path = write(tmp_path, f'[[deviation]]\ncheck = "{stale}"\nreason = "r"\n')
+    path = write(tmp_path, entry(stale))
     run = run_suites(tmp_path, f"--deviations={path}", "-k", "test_the_upstream_reproducer")
     assert run.returncode == 0
     assert run.results is not None

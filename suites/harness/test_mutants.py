@@ -77,6 +77,14 @@ def test_unrouted_video_embeds_mutant_drops_them_silently(tmp_path):
     # With video_embeds unrouted, `video_embeds=None` is ignored too: the one known deviation
     # this mutant "fixes", by accident.
     assert run.outcomes("xpass") == {f"{PASSTHROUGH}test_none_values_are_ignored[video_embeds]"}
+    # Known deviations of video embeddings now fail for another reason than their pinned one.
+    for check in (
+        f"{PASSTHROUGH}test_ragged_embedding_lists_pass_through[video_embeds]",
+        f"{PASSTHROUGH}test_wrong_rank_rejected[video_embeds]",
+    ):
+        failed = run.outcome(check)
+        assert failed["outcome"] == "fail", failed
+        assert "known deviation failed for another reason" in failed["reason"]
 
 
 @pytest.mark.parametrize("name", sorted(MUTATIONS))
