@@ -7,9 +7,12 @@ from collections.abc import Iterator, Sequence
 
 import torch
 
-#: Exception types a user can act on. AssertionError (a bare ``assert`` in model code) and
-#: RuntimeError (torch's own errors, e.g. tensor truthiness) are not clear errors.
-CLEAR_ERROR_TYPES: tuple[type[BaseException], ...] = (ValueError, TypeError, LookupError)
+#: Exception types a user can act on (our field errors are ValueErrors). AssertionError (a bare
+#: ``assert`` in model code), KeyError and other lookup errors (a bare ``kwargs[key]`` says
+#: neither what was expected nor what was given) and RuntimeError (torch's own errors, e.g.
+#: tensor truthiness) are not clear errors. A clear error names the caller's key, not an
+#: internal field.
+CLEAR_ERROR_TYPES: tuple[type[BaseException], ...] = (ValueError, TypeError)
 
 
 def is_clear_error(exc: BaseException, fields: Sequence[str]) -> bool:

@@ -62,12 +62,12 @@ INVALID = {
     "embeds-rank": (
         "image_embeds",
         changed("image_embeds", image_embeds=torch.zeros(3, H)),
-        ["image_embeds", "data"],
+        ["image_embeds"],
     ),
     "embeds-list-item-rank": (
         "video_embeds",
         changed("video_embeds", video_embeds=[torch.zeros(2, 3, H)]),
-        ["video_embeds", "data"],
+        ["video_embeds"],
     ),
     "pixels-channels": (
         "pixel_values",
