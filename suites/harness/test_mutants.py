@@ -16,6 +16,61 @@ EMBEDDING_SUITES = ("suites/conformance/test_passthrough.py", "suites/conformanc
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow, needs_vllm]
 
+ORDERS = [
+    "image_embeds-input_audio_features-pixel_values_flat_video",
+    "image_embeds-pixel_values_flat_video-input_audio_features",
+    "input_audio_features-image_embeds-pixel_values_flat_video",
+    "input_audio_features-pixel_values_flat_video-image_embeds",
+    "pixel_values_flat_video-image_embeds-input_audio_features",
+    "pixel_values_flat_video-input_audio_features-image_embeds",
+]
+#: Every check that gives a stacked ``image_embeds`` tensor, and only those: they crash on its
+#: truth value. The ones listed as known deviations fail "for another reason" than pinned.
+WALRUS_CRASHES = {
+    *(
+        f"{PASSTHROUGH}test_embeddings_pass_through_verbatim[{n}-stacked-image_embeds]"
+        for n in (1, 2, 5)
+    ),
+    f"{PASSTHROUGH}test_embeddings_keep_their_dtype[image_embeds]",
+    f"{PASSTHROUGH}test_embeddings_mixed_with_encoded_modalities[image_embeds]",
+    f"{PASSTHROUGH}test_image_and_video_embeddings_together_keep_key_order[image-first]",
+    f"{PASSTHROUGH}test_the_upstream_reproducer",
+    f"{ROUTING}test_audio_position_set_by_any_audio_key",
+    f"{ROUTING}test_each_form_reaches_its_modality[image_embeds]",
+    f"{ROUTING}test_nothing_is_silently_dropped[core]",
+    *(f"{ROUTING}test_output_order_follows_first_key[{order}]" for order in ORDERS),
+}
+WALRUS_OTHER_REASON = {
+    f"{PASSTHROUGH}test_hidden_size_mismatch_rejected[stacked-image_embeds]",
+    f"{PASSTHROUGH}test_none_values_are_ignored[video_embeds]",
+    f"{PASSTHROUGH}test_row_count_mismatch_rejected_at_the_boundary[image_embeds]",
+    f"{PASSTHROUGH}test_wrong_rank_rejected[image_embeds]",
+    f"{ROUTING}test_both_forms_of_one_modality_are_not_silently_dropped[images]",
+    f"{ROUTING}test_nothing_is_silently_dropped[none-keys]",
+    f"{ROUTING}test_nothing_is_silently_dropped[ragged-lists]",
+}
+#: Every check that gives ``video_embeds`` and expects outputs from them: 0 outputs.
+UNROUTED_DROPS = {
+    *(
+        f"{PASSTHROUGH}test_embeddings_pass_through_verbatim[{n}-{form}-video_embeds]"
+        for n in (1, 2, 5)
+        for form in ("stacked", "list")
+    ),
+    f"{PASSTHROUGH}test_embeddings_keep_their_dtype[video_embeds]",
+    f"{PASSTHROUGH}test_embeddings_mixed_with_encoded_modalities[video_embeds]",
+    f"{PASSTHROUGH}test_image_and_video_embeddings_together_keep_key_order[image-first]",
+    f"{PASSTHROUGH}test_image_and_video_embeddings_together_keep_key_order[video-first]",
+    f"{PASSTHROUGH}test_the_upstream_reproducer",
+    f"{ROUTING}test_each_form_reaches_its_modality[video_embeds]",
+    f"{ROUTING}test_nothing_is_silently_dropped[core]",
+}
+UNROUTED_OTHER_REASON = {
+    f"{PASSTHROUGH}test_ragged_embedding_lists_pass_through[video_embeds]",
+    f"{PASSTHROUGH}test_wrong_rank_rejected[video_embeds]",
+    f"{ROUTING}test_nothing_is_silently_dropped[none-keys]",
+    f"{ROUTING}test_nothing_is_silently_dropped[ragged-lists]",
+}
+
 
 def test_walrus_truthiness_mutant_fails_on_stacked_image_embeds(tmp_path):
     path = write_mutant("image-embeds-walrus-truthiness", tmp_path / "src")
@@ -47,6 +102,14 @@ def test_walrus_truthiness_mutant_fails_on_stacked_image_embeds(tmp_path):
                 == "pass"
             )
     assert run.outcomes("xpass") == set()
+    # Exactly the checks of the class fail, each for its reason.
+    assert run.outcomes("fail") == WALRUS_CRASHES | WALRUS_OTHER_REASON
+    for check in WALRUS_CRASHES:
+        assert "Boolean value of Tensor" in run.outcome(check)["reason"], check
+    for check in WALRUS_OTHER_REASON:
+        reason = run.outcome(check)["reason"]
+        assert "known deviation failed for another reason" in reason, check
+        assert "Boolean value of Tensor" in reason, check
 
 
 def test_unrouted_video_embeds_mutant_drops_them_silently(tmp_path):
@@ -85,6 +148,10 @@ def test_unrouted_video_embeds_mutant_drops_them_silently(tmp_path):
         failed = run.outcome(check)
         assert failed["outcome"] == "fail", failed
         assert "known deviation failed for another reason" in failed["reason"]
+    # Exactly the checks that give video embeddings fail.
+    assert run.outcomes("fail") == UNROUTED_DROPS | UNROUTED_OTHER_REASON
+    for check in UNROUTED_OTHER_REASON:
+        assert "known deviation failed for another reason" in run.outcome(check)["reason"]
 
 
 @pytest.mark.parametrize("name", sorted(MUTATIONS))
