@@ -32,7 +32,7 @@ import torch
 from harness import ROOT
 from reference_impl import presets
 from reference_impl.audio import AudioConfig
-from reference_impl.checkpoint import checkpoint_state_dict, vl_config_to_hf_dict
+from reference_impl.checkpoint import checkpoint_state_dict, read_weights, vl_config_to_hf_dict
 from reference_impl.config import VLConfig
 from reference_impl.dummy import minimal_vl_config
 from reference_impl.model import NanoNemotronVLForConditionalGeneration
@@ -245,7 +245,7 @@ def write_checkpoint(
 
 
 _FOLDERS: dict[tuple[ModelSpec, int], Path] = {}
-_FOLDERS_LOCK = threading.Lock()
+_FOLDERS_LOCK = threading.RLock()
 _TEMP_ROOT: list[Path] = []
 
 
@@ -261,3 +261,16 @@ def checkpoint_folder(spec: ModelSpec, seed: int = 0) -> Path:
             folder = _TEMP_ROOT[0] / f"{spec.slug}-seed{seed}"
             _FOLDERS[key] = write_checkpoint(spec, folder, seed=seed)
         return _FOLDERS[key]
+
+
+_WEIGHTS: dict[tuple[ModelSpec, int], dict[str, torch.Tensor]] = {}
+
+
+def checkpoint_weights(spec: ModelSpec, seed: int = 0) -> dict[str, torch.Tensor]:
+    """The tensors of ``spec``'s folder by checkpoint name, read once per process: each call
+    gives a new dict (change it freely), the tensors are shared (never change them in place)."""
+    with _FOLDERS_LOCK:
+        key = (spec, seed)
+        if key not in _WEIGHTS:
+            _WEIGHTS[key] = read_weights(checkpoint_folder(spec, seed))
+        return dict(_WEIGHTS[key])

@@ -3,7 +3,8 @@
 Fixtures: ``target`` (loaded once), ``device``, ``make_model`` / ``model`` (the target's model
 of a checkpoint variant, built once per variant and shared). The ``concern`` marker names what a
 check exercises (``model``, ``weights``, ``minimal``, ``metadata``, ...); the target says what
-that runs on (a real model, a shell, or classes and functions), and the results record it.
+that runs on (a real model, real processing info, or classes and functions), and the results
+record it.
 """
 
 from __future__ import annotations
@@ -78,9 +79,6 @@ def pytest_configure(config: pytest.Config) -> None:
             returncode=2,
         )
     config.stash[_TARGET_KEY] = target
-    config.addinivalue_line(
-        "markers", "concern(name): what a conformance check exercises (model, weights, ...)"
-    )
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

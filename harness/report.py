@@ -156,8 +156,8 @@ def render_markdown(report: dict[str, Any]) -> str:
         "",
         "What the checks ran on (a real model: built by the target's own constructor, loaded "
         "by its loader from the checkpoint folder or, for minimal-layer builds, with dummy "
-        "weights; a shell: an instance made without its constructor; classes and functions: "
-        "no instance):",
+        "weights; real processing info: the target's processor for the folder, its processor "
+        "factory refusing; classes and functions: no instance):",
         "",
     ]
     for t in targets:

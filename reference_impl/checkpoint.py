@@ -22,9 +22,10 @@ import dataclasses
 import json
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
+from torch import nn
 from transformers import PreTrainedTokenizerBase
 
 from reference_impl.audio import AudioConfig
@@ -180,7 +181,8 @@ def checkpoint_state_dict(model: NanoNemotronVLForConditionalGeneration) -> dict
         else:
             out[f"language_model.{name}"] = tensor
     mm = model.multimodal
-    for name, tensor in mm.vision_model.state_dict().items():  # type: ignore[attr-defined]
+    vision: nn.Module = cast(nn.Module, mm.vision_model)  # RADIO, behind the VisionTower protocol
+    for name, tensor in vision.state_dict().items():
         name = name.replace("patch_generator.cls_token", "patch_generator.cls_token.token")
         out[f"vision_model.radio_model.model.{name}"] = tensor
     for name, tensor in mm.connector.state_dict().items():
@@ -188,9 +190,9 @@ def checkpoint_state_dict(model: NanoNemotronVLForConditionalGeneration) -> dict
             out[VISION_NORM_PREFIX + name.removeprefix("vision_final_layernorm.")] = tensor
         else:
             out[name] = tensor
-    tower = mm.sound_encoder
-    if tower is not None:
-        for name, tensor in tower.state_dict().items():  # type: ignore[attr-defined]
+    if mm.sound_encoder is not None:
+        tower = cast(nn.Module, mm.sound_encoder)  # Parakeet, behind the SoundEncoder protocol
+        for name, tensor in tower.state_dict().items():
             if name.startswith("projection."):
                 index, rest = name.removeprefix("projection.").split(".", 1)
                 out[f"sound_projection.{SOUND_PROJECTION_PARTS[index]}.{rest}"] = tensor

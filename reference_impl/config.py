@@ -60,14 +60,14 @@ NEMOTRON_H_ALIASES: dict[str, str] = {
 }
 
 
-def merge_block_types(values: dict[str, Any], blocks: object, where: str = "") -> None:
+def merge_block_types(values: dict[str, Any], blocks: Any, where: str = "") -> None:
     """Set ``values["hybrid_override_pattern"]`` from a ``layers_block_type`` list (transformers
     5's form of the pattern), or check that the pattern already there agrees; ``where`` prefixes
     the field names in errors."""
     if blocks is None:
         return
     try:
-        from_blocks = "".join(BLOCK_TYPE_LETTERS[b] for b in blocks)  # type: ignore[attr-defined]
+        from_blocks = "".join(BLOCK_TYPE_LETTERS[b] for b in blocks)
     except (KeyError, TypeError):
         raise ConfigError(
             f"{where}layers_block_type", f"a list of {sorted(BLOCK_TYPE_LETTERS)}", blocks

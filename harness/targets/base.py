@@ -8,8 +8,9 @@ configs, processor metadata and arithmetic, typing cases, LoRA metadata), so the
 against our reference, the installed vLLM, or a vLLM file from a pull request.
 
 Every check records *how* it reached the target (:data:`CHECK_PATHS`): the real model built from
-the checkpoint folder, a shell (an instance made without its constructor, or a stand-in
-context), or the implementation's classes and functions directly.
+the checkpoint folder, the real processing info of the target's processor for that folder, or
+the implementation's classes and functions directly. No check runs on a shell (an instance made
+without its constructor).
 """
 
 from __future__ import annotations
@@ -31,9 +32,9 @@ Modality = Literal["images", "videos", "audios"]
 
 #: How a check reaches its target, as the report shows it.
 REAL_MODEL = "real model"
-SHELL = "shell"
+REAL_PROCESSING_INFO = "real processing info"
 FUNCTIONS = "classes and functions"
-CHECK_PATHS = (REAL_MODEL, SHELL, FUNCTIONS)
+CHECK_PATHS = (REAL_MODEL, REAL_PROCESSING_INFO, FUNCTIONS)
 #: Keyword arguments a processor emits as floating tensors: a serving engine casts them to the
 #: model's dtype before the model sees them (vLLM's processing context does).
 PROCESSOR_FLOAT_KEYS = ("pixel_values_flat", "pixel_values_flat_video", "input_audio_features")

@@ -26,9 +26,8 @@ import pytest
 import torch
 
 from harness.assertions import raises_clear_error
-from harness.checkpoint import ModelSpec, checkpoint_folder
+from harness.checkpoint import ModelSpec, checkpoint_weights
 from harness.weight_streams import renamed, reusing_buffers
-from reference_impl.checkpoint import read_weights
 
 pytestmark = pytest.mark.concern("weights")
 
@@ -43,7 +42,7 @@ VARIANTS = {
 
 
 def checkpoint(spec: ModelSpec):
-    return read_weights(checkpoint_folder(spec))
+    return checkpoint_weights(spec)
 
 
 def names_for(name: str) -> list[str]:

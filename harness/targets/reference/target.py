@@ -16,7 +16,7 @@ from torch import nn
 
 import reference_impl
 from harness import ROOT
-from harness.checkpoint import ModelSpec, checkpoint_folder
+from harness.checkpoint import ModelSpec, checkpoint_folder, checkpoint_weights
 from harness.targets.base import (
     FUNCTIONS,
     REAL_MODEL,
@@ -37,7 +37,7 @@ from harness.targets.base import (
 from harness.targets.reference.model import ReferenceModel
 from harness.weight_streams import recording_reads
 from reference_impl import processor
-from reference_impl.checkpoint import checkpoint_state_dict, load_folder, read_weights
+from reference_impl.checkpoint import checkpoint_state_dict, load_folder
 from reference_impl.config import NemotronHConfig, VLConfig
 from reference_impl.dummy import (
     mamba_state_dtype_from_config,
@@ -199,7 +199,7 @@ class ReferenceTarget(Target):
         load_vl_checkpoint(
             model, recording_reads(weights, TOWER_PREFIXES, reads), text_only=text_only
         )
-        checkpoint = read_weights(checkpoint_folder(spec))
+        checkpoint = checkpoint_weights(spec)
         not_loaded, differing = [], []
         for name, value in checkpoint_state_dict(model).items():
             expected = checkpoint.get(name)

@@ -101,7 +101,10 @@ def construct(module: types.ModuleType, vllm_config: Any) -> Any:
     except NotImplementedError as e:
         if "supported only for CUDA" in str(e):
             # NemotronH's MoE layers are non-gated; vLLM's FusedMoE refuses them on CPU.
-            raise NeedsCuda(f"vLLM's constructor on CPU raised NotImplementedError: {e}") from e
+            raise NeedsCuda(
+                f"vLLM's constructor on CPU raised NotImplementedError: {e} (the vllm target "
+                "runs on CPU only: checks of NemotronH's MoE layers wait for a CUDA vLLM target)"
+            ) from e
         raise
 
 

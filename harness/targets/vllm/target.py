@@ -5,9 +5,8 @@ any vLLM revision or pull request in place of the installed modules (:mod:`.file
 
 The model is built as for a user (:mod:`.build`): a checkpoint folder (:mod:`harness.checkpoint`),
 vLLM's ``ModelConfig`` and registry, its constructor, its loader and post-load processing, on
-CPU (:mod:`.runtime`). Only the processing metadata runs on a shell: a
-``NanoNemotronVLProcessingInfo`` made without its constructor, on a context whose processor
-factory refuses to run.
+CPU (:mod:`.runtime`). The processing metadata is asked of the processing info of the processor
+vLLM's registry makes for the folder, its processor factory refusing to run.
 """
 
 from __future__ import annotations
@@ -17,17 +16,16 @@ import time
 import types
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import torch
 
 from harness import ROOT
-from harness.checkpoint import ModelSpec, checkpoint_folder
+from harness.checkpoint import ModelSpec, checkpoint_folder, checkpoint_weights
 from harness.targets.base import (
     FUNCTIONS,
     REAL_MODEL,
-    SHELL,
+    REAL_PROCESSING_INFO,
     DeepcopyRefused,
     LiveParameter,
     LoadedWeights,
@@ -53,7 +51,6 @@ from harness.targets.vllm.files import (
 from harness.targets.vllm.model import VllmModel
 from harness.targets.vllm.runtime import import_vllm_module, vllm_version, without_avx512_bf16
 from harness.weight_streams import recording_reads
-from reference_impl.checkpoint import read_weights
 from reference_impl.config import NemotronHConfig
 from reference_impl.weights import TOWER_PREFIXES
 
@@ -62,48 +59,34 @@ CHECK_PATHS = {
     "model": REAL_MODEL,
     "weights": REAL_MODEL,
     "minimal": REAL_MODEL,
-    "metadata": SHELL,
+    "metadata": REAL_PROCESSING_INFO,
 }
 
 
+def _refuse_processor(*args: object, **kwargs: object) -> Any:
+    raise AssertionError("a metadata path built the processor")
+
+
 class RefusingMetadata(ProcessorMetadata):
-    """vLLM's ``NanoNemotronVLProcessingInfo`` on a context whose processor factory refuses."""
+    """vLLM's own ``NanoNemotronVLProcessingInfo``: the one of the multimodal processor vLLM's
+    registry makes for the folder's ``ModelConfig`` with ``tokenizer``, its context's processor
+    factory refusing to run."""
 
-    def __init__(self, module: types.ModuleType, hf_config: Any, tokenizer: object) -> None:
-        self.module = module
+    def __init__(self, model_config: Any, tokenizer: object) -> None:
+        from vllm.multimodal import MULTIMODAL_REGISTRY
 
-        class RefusingContext:
-            """The processing context, with a processor factory that refuses to run."""
-
-            model_config = SimpleNamespace(max_model_len=build.MAX_MODEL_LEN, hf_config=hf_config)
-
-            def get_hf_config(self, *args: object, **kwargs: object) -> Any:
-                return hf_config
-
-            def get_tokenizer(self) -> Any:
-                return tokenizer
-
-            def init_processor(self, *args: object, **kwargs: object) -> Any:
-                raise AssertionError("a metadata path built the processor")
-
-            def get_mm_config(self) -> Any:
-                return SimpleNamespace(video_pruning_rate=None)
-
-        self.context = RefusingContext()
-
-    def _info(self) -> Any:
-        made = object.__new__(self.module.NanoNemotronVLProcessingInfo)
-        made.ctx = self.context
-        return made
+        self.info = MULTIMODAL_REGISTRY.create_processor(model_config, tokenizer=tokenizer).info
+        # The context is a frozen dataclass, made for this processor alone.
+        object.__setattr__(self.info.ctx, "init_processor", _refuse_processor)
 
     def supports_video(self) -> bool:
-        return bool(self._info().supports_video)
+        return bool(self.info.supports_video)
 
     def supports_audio(self) -> bool:
-        return bool(self._info().supports_audio)
+        return bool(self.info.supports_audio)
 
     def is_dynamic_tiler(self) -> bool:
-        return bool(self._info().is_dynamic_tiler)
+        return bool(self.info.is_dynamic_tiler)
 
 
 class VllmTarget(Target):
@@ -116,7 +99,7 @@ class VllmTarget(Target):
         self._models: dict[ModelSpec, VllmModel] = {}
         self._fresh: dict[tuple[ModelSpec, bool], tuple[Any, Any]] = {}  # (model, VllmConfig)
         self._engine_configs: dict[str, Any] = {}  # VllmConfigs by their text_config override
-        self._hf_configs: dict[ModelSpec, Any] = {}
+        self._model_configs: dict[ModelSpec, Any] = {}
         self.timings: dict[str, dict[str, float]] = {}
 
     @property
@@ -174,14 +157,13 @@ class VllmTarget(Target):
         text_only: bool = False,
     ) -> LoadedWeights:
         model, vllm_config = self._fresh_model(spec, text_only)
-        checkpoint = read_weights(checkpoint_folder(spec))
-        tensors = {**dict(model.named_parameters()), **dict(model.named_buffers())}
-        compared = {
-            name: tensor
-            for name, tensor in tensors.items()
-            if name in dict(model.named_parameters())
-            or build.checkpoint_name(name) in checkpoint  # buffers the checkpoint carries
-        }
+        checkpoint = checkpoint_weights(spec)
+        compared = dict(model.named_parameters())
+        compared.update(  # the buffers a checkpoint carries (BatchNorm statistics)
+            (name, buffer)
+            for name, buffer in model.named_buffers()
+            if build.checkpoint_name(name) in checkpoint
+        )
         with torch.no_grad():
             for name, tensor in compared.items():
                 if build.checkpoint_name(name) is not None and tensor.is_floating_point():
@@ -294,10 +276,11 @@ class VllmTarget(Target):
     # Processor ---------------------------------------------------------------------------
 
     def metadata(self, spec: ModelSpec, tokenizer: object) -> ProcessorMetadata:
-        if spec not in self._hf_configs:
-            config = build.engine_config(checkpoint_folder(spec)).model_config.hf_config
-            self._hf_configs[spec] = config
-        return RefusingMetadata(self.load(), self._hf_configs[spec], tokenizer)
+        self.load()
+        if spec not in self._model_configs:
+            config = build.engine_config(checkpoint_folder(spec)).model_config
+            self._model_configs[spec] = config
+        return RefusingMetadata(self._model_configs[spec], tokenizer)
 
     def video_replacement(
         self,
