@@ -8,9 +8,12 @@ One TOML file per target under ``fixtures/deviations/`` (``reference.toml``, ``v
     reason = "why the target fails it"
     raises = "ValueError"                 # the type of the exception that fails the check
     match = "data contains inconsistent"  # a regular expression its message must contain
+    reach = "direct call"                 # how a user reaches it: see REACHES
 
 The cause is pinned: the check is an expected failure only while it fails with that exception
-type and a message matching ``match`` (for an exception group, every exception in it must);
+type and a message matching ``match`` (searched in the message followed by one line
+``<- Type: message`` per exception in its ``__cause__`` chain, so a wrapped cause can be pinned;
+for an exception group, every exception in it must match);
 failing for another reason is a failure showing both causes. A fix upstream shows up as an
 unexpected pass, which fails the run until the entry is removed.
 """
@@ -25,6 +28,15 @@ from pathlib import Path
 from harness import ROOT
 
 DEVIATIONS_DIR = ROOT / "fixtures" / "deviations"
+#: How a user reaches a deviation, as the report groups them.
+REACHES = {
+    "request": "a user's request reproduces it (prompt and media or embeddings through the "
+    "engine's processor, batching and model)",
+    "engine": "reached by building, configuring or loading the engine (a checkpoint, "
+    "--hf-overrides), not per request",
+    "direct call": "only a direct call of the model's methods reaches it: no request can, "
+    "since the engine's processor and batching never produce that input (test_requests)",
+}
 
 
 class DeviationFileError(ValueError):
@@ -36,17 +48,29 @@ class Deviation:
     check: str
     reason: str
     raises: str  # the exception type's name
-    match: str  # a regular expression searched in the exception's message
+    match: str  # a regular expression searched in the exception's message and cause chain
+    reach: str  # one of REACHES
 
     def cause_of(self, exc: BaseException) -> str | None:
         """None when ``exc`` is this deviation's cause; else what differs."""
         leaves = list(_leaves(exc))
         for leaf in leaves:
-            if type(leaf).__name__ != self.raises or re.search(self.match, str(leaf)) is None:
+            if type(leaf).__name__ != self.raises or re.search(self.match, chain(leaf)) is None:
                 return f"expected {self.raises} matching {self.match!r}, got " + "; ".join(
                     describe(e) for e in leaves
                 )
         return None
+
+
+def chain(exc: BaseException) -> str:
+    """The message, then ``<- Type: message`` for each exception in the ``__cause__`` chain."""
+    lines, seen = [str(exc)], {id(exc)}
+    cause = exc.__cause__
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        lines.append(f"<- {type(cause).__name__}: {cause}")
+        cause = cause.__cause__
+    return "\n".join(lines)
 
 
 def describe(exc: BaseException) -> str:
@@ -56,6 +80,8 @@ def describe(exc: BaseException) -> str:
     message = " ".join(str(exc).split())
     if len(message) > 300:
         message = message[:297] + "..."
+    if exc.__cause__ is not None:
+        message += f" (caused by {describe(exc.__cause__)})"
     return f"{type(exc).__name__}: {message}" if message else type(exc).__name__
 
 
@@ -85,7 +111,7 @@ def load_deviations(path: Path) -> dict[str, Deviation]:
     entries: dict[str, Deviation] = {}
     for i, entry in enumerate(data.get("deviation", [])):
         where = f"{path}: deviation #{i + 1}"
-        keys = {"check", "reason", "raises", "match"}
+        keys = {"check", "reason", "raises", "match", "reach"}
         if not isinstance(entry, dict) or set(entry) != keys:
             raise DeviationFileError(
                 f"{where}: expected the keys {sorted(keys)}, got {sorted(entry)}"
@@ -110,7 +136,12 @@ def load_deviations(path: Path) -> dict[str, Deviation]:
             raise DeviationFileError(
                 f"{where}: reason: expected a non-empty string, got {reason!r}"
             )
+        reach = entry["reach"]
+        if reach not in REACHES:
+            raise DeviationFileError(
+                f"{where}: reach: expected one of {list(REACHES)}, got {reach!r}"
+            )
         if check in entries:
             raise DeviationFileError(f"{where}: check {check!r} is listed twice")
-        entries[check] = Deviation(check, reason.strip(), raises, match)
+        entries[check] = Deviation(check, reason.strip(), raises, match, reach)
     return entries

@@ -72,6 +72,7 @@ def pytest_runtest_makereport(
     if not getattr(report, "wasxfail", None):
         return report
     report.user_properties.append(("actual_cause", describe(exc)))
+    report.user_properties.append(("reach", deviation.reach))
     different = deviation.cause_of(exc)
     if different is not None:
         del report.wasxfail  # set by pytest's skipping plugin

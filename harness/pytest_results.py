@@ -96,9 +96,15 @@ class ResultsRecorder:
             "runs_on": self.runs_on.get(report.nodeid),
             "duration_s": round(report.duration, 4),
         }
-        actual = dict(report.user_properties).get("actual_cause")
+        properties = dict(report.user_properties)
+        actual = properties.get("actual_cause")
         if actual is not None:  # the exception behind an expected failure
             self.results[report.nodeid]["actual_cause"] = str(actual)
+        if "reach" in properties:  # how a user reaches the known deviation
+            self.results[report.nodeid]["reach"] = str(properties["reach"])
+        measured = properties.get("measured")
+        if measured is not None:  # numbers a check measured (parity errors), as recorded
+            self.results[report.nodeid]["measured"] = measured
 
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         target = current_target(self.config)

@@ -1,7 +1,8 @@
 """``--target`` and ``--device``: pick the implementation under test and where tensors live.
 
 Fixtures: ``target`` (loaded once), ``device``, ``make_model`` / ``model`` (the target's model
-of a checkpoint variant, built once per variant and shared). The ``concern`` marker names what a
+of a checkpoint variant, built once per variant and shared), ``request_runs`` (each catalogued
+request through the target's engine, run once and shared). The ``concern`` marker names what a
 check exercises (``model``, ``weights``, ``minimal``, ``metadata``, ...); the target says what
 that runs on (a real model, real processing info, or classes and functions), and the results
 record it.
@@ -16,6 +17,7 @@ import pytest
 import torch
 from hypothesis import HealthCheck, settings
 
+from harness.requests import FORMS_BY_NAME, RequestResult
 from harness.targets import (
     TARGET_CHOICES,
     ModelSpec,
@@ -147,6 +149,37 @@ def make_model(target: Target, device: torch.device) -> Callable[..., Multimodal
 def model(make_model: Callable[..., MultimodalModel]) -> MultimodalModel:
     """The target's model of the default variant (static tiles, T = 1, audio)."""
     return make_model()
+
+
+class RequestRuns:
+    """Each catalogued request form (:data:`harness.requests.REQUEST_FORMS`) through the target's
+    engine, run on first use and kept: the result, or the exception it raised (raised again)."""
+
+    def __init__(self, target: Target, device: torch.device) -> None:
+        self.target = target
+        self.device = device
+        self._outcomes: dict[tuple[str, bool], RequestResult | Exception] = {}
+
+    def model(self, form: str) -> MultimodalModel:
+        return self.target.model(FORMS_BY_NAME[form].spec, self.device)
+
+    def run(self, form: str, *, cached: bool = False) -> RequestResult:
+        key = (form, cached)
+        if key not in self._outcomes:
+            model = self.model(form)  # NeedsCuda / TargetUnavailable propagate: not an outcome
+            try:
+                self._outcomes[key] = model.run_request(FORMS_BY_NAME[form].request, cached=cached)
+            except Exception as e:
+                self._outcomes[key] = e
+        outcome = self._outcomes[key]
+        if isinstance(outcome, Exception):
+            raise outcome
+        return outcome
+
+
+@pytest.fixture(scope="session")
+def request_runs(target: Target, device: torch.device) -> RequestRuns:
+    return RequestRuns(target, device)
 
 
 def check_path(item: pytest.Item) -> str | None:

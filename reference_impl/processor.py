@@ -454,8 +454,33 @@ class NanoNemotronVLProcessor:
         videos: Sequence[Video] = (),
         audios: Sequence[torch.Tensor | Sequence[float]] = (),
         max_num_tiles: int | None = None,
+        image_embeds: Sequence[torch.Tensor] = (),
+        video_embeds: Sequence[torch.Tensor] = (),
     ) -> ProcessorOutput:
+        """Expand ``text``'s placeholders for the items given.
+
+        ``image_embeds`` / ``video_embeds``: precomputed ``[f, h]`` embeddings in place of images
+        or videos (not both forms of one modality in one request); an image's ``f`` rows fill
+        ``<img>`` + ``f`` context tokens + ``</img>``, a video's fill ``f`` context tokens.
+        """
         c = self.config
+        images_given: Sequence[object] = images or image_embeds
+        videos_given: Sequence[object] = videos or video_embeds
+        for media, embeds, name in (
+            (images, image_embeds, "image"),
+            (videos, video_embeds, "video"),
+        ):
+            if media and embeds:
+                raise ConfigError(
+                    f"{name}_embeds",
+                    f"{name}s or {name}_embeds in one request, not both",
+                    f"{len(media)} {name}s and {len(embeds)} embeddings",
+                )
+        for name, embeds in (("image_embeds", image_embeds), ("video_embeds", video_embeds)):
+            for i, e in enumerate(embeds):
+                if not isinstance(e, torch.Tensor) or e.ndim != 2 or e.shape[1] != c.hidden_size:
+                    got = tuple(e.shape) if isinstance(e, torch.Tensor) else type(e).__name__
+                    raise ConfigError(f"{name}[{i}]", f"a [f, {c.hidden_size}] tensor", got)
         max_tiles = c.max_num_tiles if max_num_tiles is None else max_num_tiles
         if not 1 <= max_tiles <= c.max_num_tiles:
             raise ConfigError(
@@ -468,8 +493,8 @@ class NanoNemotronVLProcessor:
             AUDIO_CONTEXT: pieces.count(AUDIO_CONTEXT),
         }
         for token, items, name in (
-            (IMG_CONTEXT, images, "images"),
-            (VIDEO_PLACEHOLDER, videos, "videos"),
+            (IMG_CONTEXT, images_given, "images"),
+            (VIDEO_PLACEHOLDER, videos_given, "videos"),
             (AUDIO_CONTEXT, audios, "audios"),
         ):
             if found[token] != len(items):
@@ -487,9 +512,15 @@ class NanoNemotronVLProcessor:
         if images:
             image_kwargs, image_counts = self._images(images, text, max_tiles)
             kwargs.update(image_kwargs)
+        if image_embeds:
+            kwargs["image_embeds"] = list(image_embeds)
+            image_counts = [int(e.shape[0]) for e in image_embeds]
         if videos:
             video_kwargs, video_ids = self._videos(videos)
             kwargs.update(video_kwargs)
+        if video_embeds:
+            kwargs["video_embeds"] = list(video_embeds)
+            video_ids = [self.img_context * int(e.shape[0]) for e in video_embeds]
         if audios:
             assert c.sound_config is not None, "has_audio without a sound_config"
             features, mask, clips = extract_features(audios, c.sound_config)

@@ -26,6 +26,7 @@ from typing import Literal
 import torch
 
 from harness.checkpoint import ModelSpec
+from harness.requests import Request, RequestResult
 from reference_impl.config import NemotronHConfig
 
 Modality = Literal["images", "videos", "audios"]
@@ -33,8 +34,9 @@ Modality = Literal["images", "videos", "audios"]
 #: How a check reaches its target, as the report shows it.
 REAL_MODEL = "real model"
 REAL_PROCESSING_INFO = "real processing info"
+REQUEST_PATH = "request path"  # the engine's processor, batching and the real model
 FUNCTIONS = "classes and functions"
-CHECK_PATHS = (REAL_MODEL, REAL_PROCESSING_INFO, FUNCTIONS)
+CHECK_PATHS = (REQUEST_PATH, REAL_MODEL, REAL_PROCESSING_INFO, FUNCTIONS)
 #: Keyword arguments a processor emits as floating tensors: a serving engine casts them to the
 #: model's dtype before the model sees them (vLLM's processing context does).
 PROCESSOR_FLOAT_KEYS = ("pixel_values_flat", "pixel_values_flat_video", "input_audio_features")
@@ -223,6 +225,12 @@ class MultimodalModel(abc.ABC):
             return value
 
         return {key: move(value, key in PROCESSOR_FLOAT_KEYS) for key, value in kwargs.items()}
+
+    @abc.abstractmethod
+    def run_request(self, request: Request, *, cached: bool = False) -> RequestResult:
+        """A user's request as the target's engine runs it: its processor expands the prompt and
+        makes the model's inputs (through its processor cache when ``cached``), its batching
+        groups them, ``embed_multimodal`` embeds each batch. Whatever a step raises propagates."""
 
     @abc.abstractmethod
     def raising_lora_embedding(self) -> contextlib.AbstractContextManager[None]:

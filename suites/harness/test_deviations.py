@@ -11,13 +11,13 @@ from harness.deviations import DEVIATIONS_DIR, DeviationFileError, load_deviatio
 from suites.harness.helpers import ROOT, run_suites
 
 CHECK = "suites/conformance/test_passthrough.py::test_the_upstream_reproducer"
-PIN = "raises = 'ValueError'\nmatch = 'x'\n"
+PIN = "raises = 'ValueError'\nmatch = 'x'\nreach = 'request'\n"
 
 
-def entry(check, reason="because", raises="ValueError", match="x"):
+def entry(check, reason="because", raises="ValueError", match="x", reach="request"):
     return (
         f"[[deviation]]\ncheck = '{check}'\nreason = '{reason}'\n"
-        f"raises = '{raises}'\nmatch = '''{match}'''\n"
+        f"raises = '{raises}'\nmatch = '''{match}'''\nreach = '{reach}'\n"
     )
 
 
@@ -46,12 +46,13 @@ def test_missing_file_means_no_deviations(tmp_path):
     [
         (
             "[[deviation]]\ncheck = 'a::b'\nreason = 'r'\n",
-            r"expected the keys \['check', 'match', 'raises', 'reason'\]",
+            r"expected the keys \['check', 'match', 'raises', 'reach', 'reason'\]",
         ),
         ("[[deviation]]\ncheck = 'nope'\nreason = 'r'\n" + PIN, "check: expected a test id"),
         ("[[deviation]]\ncheck = 'a::b'\nreason = ' '\n" + PIN, "reason: expected a non-empty"),
         (entry("a::b", raises="not a name"), "raises: expected an exception type's name"),
         (entry("a::b", match="(unclosed"), "match: expected a regular expression"),
+        (entry("a::b", reach="somehow"), "reach: expected one of"),
         (entry("a::b") * 2, "listed twice"),
         ("[other]\nx = 1\n", r"expected only \[\[deviation\]\] tables"),
         ("[[deviation]\n", "not valid TOML"),

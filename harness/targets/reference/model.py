@@ -12,7 +12,9 @@ import torch
 from torch import nn
 
 from harness.checkpoint import ModelSpec
+from harness.requests import Request, RequestResult
 from harness.targets.base import EncoderCalls, MultimodalModel, ParsedModality
+from harness.targets.reference import requests
 from reference_impl.lora import LoRAContext, LoRAEmbedding
 from reference_impl.model import NanoNemotronVLForConditionalGeneration, NanoNemotronVLModel
 
@@ -46,6 +48,10 @@ class ReferenceModel(MultimodalModel):
             return method(*args, **kwargs)
 
         return recorded
+
+    def run_request(self, request: Request, *, cached: bool = False) -> RequestResult:
+        # The reference processor keeps no cache: cached and uncached runs are the same run.
+        return requests.run(self.multimodal, request)
 
     @contextlib.contextmanager
     def raising_lora_embedding(self) -> Iterator[None]:

@@ -20,6 +20,7 @@ from harness.checkpoint import ModelSpec, checkpoint_folder, checkpoint_weights
 from harness.targets.base import (
     FUNCTIONS,
     REAL_MODEL,
+    REQUEST_PATH,
     DeepcopyRefused,
     LiveParameter,
     LoadedWeights,
@@ -59,7 +60,12 @@ from reference_impl.tokenizer import shared_tokenizer
 from reference_impl.weights import TOWER_PREFIXES, load_vl_checkpoint
 
 #: What each concern of the suites runs on, for this target.
-CHECK_PATHS = {"model": REAL_MODEL, "weights": REAL_MODEL, "minimal": REAL_MODEL}
+CHECK_PATHS = {
+    "requests": REQUEST_PATH,
+    "model": REAL_MODEL,
+    "weights": REAL_MODEL,
+    "minimal": REAL_MODEL,
+}
 
 
 class ConfigMetadata(ProcessorMetadata):

@@ -13,7 +13,9 @@ from typing import Any
 import torch
 
 from harness.checkpoint import ModelSpec
+from harness.requests import Request, RequestResult
 from harness.targets.base import EncoderCalls, MultimodalModel, ParsedModality
+from harness.targets.vllm.requests import VllmRequestPath
 
 
 class VllmModel(MultimodalModel):
@@ -26,6 +28,12 @@ class VllmModel(MultimodalModel):
         model.vision_model.register_forward_pre_hook(self._record_vision, with_kwargs=True)
         if model.sound_encoder is not None:
             model.sound_encoder.register_forward_pre_hook(self._record_audio)
+        self._request_path: VllmRequestPath | None = None
+
+    def run_request(self, request: Request, *, cached: bool = False) -> RequestResult:
+        if self._request_path is None:
+            self._request_path = VllmRequestPath(self.model, self.vllm_config)
+        return self._request_path.run(request, cached=cached)
 
     def _record_vision(self, module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         if kwargs.get("imgs_sizes") is not None:

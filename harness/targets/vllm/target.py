@@ -26,6 +26,7 @@ from harness.targets.base import (
     FUNCTIONS,
     REAL_MODEL,
     REAL_PROCESSING_INFO,
+    REQUEST_PATH,
     DeepcopyRefused,
     LiveParameter,
     LoadedWeights,
@@ -56,6 +57,7 @@ from reference_impl.weights import TOWER_PREFIXES
 
 #: What each concern of the suites runs on, for this target.
 CHECK_PATHS = {
+    "requests": REQUEST_PATH,
     "model": REAL_MODEL,
     "weights": REAL_MODEL,
     "minimal": REAL_MODEL,

@@ -1,0 +1,300 @@
+"""A user's multimodal request, and what a serving engine makes of it.
+
+A :class:`Request` is what a user hands an engine: prompt text with ``<image>``, ``<video>`` and
+``<so_embedding>`` placeholders, and the media or precomputed embeddings for them, in vLLM's
+``multi_modal_data`` form (:meth:`Request.multi_modal_data`). A target runs it the way its engine
+does (:meth:`harness.targets.base.Target.run_request`): its processor expands the prompt and makes
+the model's inputs, its batching groups them, its model embeds them. The result
+(:class:`RequestResult`) lists every item in prompt order with the prompt positions its
+embedding fills, the embedding, and the batches ``embed_multimodal`` was called with.
+
+:data:`REQUEST_FORMS` is the catalogue the request-path suites run: every input form a user can
+send, each on the checkpoint variant it needs. Media are deterministic functions of a seed.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+import torch
+
+from harness.checkpoint import ModelSpec
+
+#: vLLM's modality names, as a request's ``multi_modal_data`` keys them.
+RequestModality = Literal["image", "video", "audio"]
+#: The prompt placeholder of one item of each modality.
+PLACEHOLDER = {"image": "<image>", "video": "<video>", "audio": "<so_embedding>"}
+AUDIO_SAMPLE_RATE = 16000
+
+
+@dataclass(frozen=True)
+class VideoClip:
+    """Decoded frames ``[F, H, W, 3]`` (uint8) with the metadata a video loader gives them."""
+
+    frames: np.ndarray
+    fps: float
+    frames_indices: tuple[int, ...]
+
+    def metadata(self) -> dict[str, object]:
+        """vLLM's video metadata for these frames (``video_needs_metadata``)."""
+        total = max(self.frames_indices) + 1
+        return {
+            "fps": self.fps,
+            "frames_indices": list(self.frames_indices),
+            "total_num_frames": total,
+            "duration": total / self.fps,
+            "video_backend": "opencv",
+        }
+
+
+#: One modality's items: media (PIL images or ``[H, W, 3]`` uint8 arrays; clips; mono float32
+#: audio at :data:`AUDIO_SAMPLE_RATE`), or precomputed embeddings: a stacked ``[n, f, h]`` tensor
+#: or a list of ``[f_i, h]`` tensors.
+Items = list[Any] | torch.Tensor
+
+
+@dataclass(frozen=True)
+class Request:
+    """A prompt and its multimodal data, as a user sends them to an engine."""
+
+    prompt: str
+    images: Items = field(default_factory=list)
+    videos: Items = field(default_factory=list)
+    audios: Items = field(default_factory=list)
+
+    def items(self, modality: RequestModality) -> Items:
+        return {"image": self.images, "video": self.videos, "audio": self.audios}[modality]
+
+    def num_items(self, modality: RequestModality) -> int:
+        return len(self.items(modality))
+
+    def embeddings(self, modality: RequestModality) -> list[torch.Tensor] | None:
+        """The precomputed embeddings given for ``modality``, one ``[f, h]`` tensor per item, or
+        None when the modality's items are media."""
+        items = self.items(modality)
+        if isinstance(items, torch.Tensor):
+            return list(items.unbind(0))
+        if items and all(isinstance(item, torch.Tensor) for item in items):
+            return list(items)
+        return None
+
+    def multi_modal_data(self) -> dict[str, object]:
+        """vLLM's ``multi_modal_data`` for this request."""
+        data: dict[str, object] = {}
+        if self.num_items("image"):
+            data["image"] = self.images
+        if self.num_items("video"):
+            videos = self.videos
+            data["video"] = (
+                videos
+                if self.embeddings("video") is not None
+                else [(clip.frames, clip.metadata()) for clip in videos]
+            )
+        if self.num_items("audio"):
+            data["audio"] = [(audio, AUDIO_SAMPLE_RATE) for audio in self.audios]
+        return data
+
+
+@dataclass(frozen=True)
+class RequestItem:
+    """One multimodal item of a processed request.
+
+    Attributes:
+        modality: ``"image"``, ``"video"`` or ``"audio"``.
+        index: the item's index among the request's items of its modality.
+        positions: the prompt positions its embedding rows fill, in order.
+    """
+
+    modality: str
+    index: int
+    positions: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Batch:
+    """One ``embed_multimodal`` call: its modality, item count, and keyword names (those whose
+    value was None apart)."""
+
+    modality: str
+    num_items: int
+    keys: tuple[str, ...]
+    none_keys: tuple[str, ...] = ()
+
+    @staticmethod
+    def of(modality: str, num_items: int, kwargs: dict[str, object]) -> Batch:
+        keys = tuple(k for k, v in kwargs.items() if v is not None)
+        return Batch(modality, num_items, keys, tuple(k for k in kwargs if k not in keys))
+
+
+@dataclass
+class RequestResult:
+    """What a target's engine made of a request.
+
+    Attributes:
+        prompt_token_ids: the expanded prompt.
+        items: every multimodal item, in prompt order.
+        embeddings: ``embed_multimodal``'s output for each item, in the same order.
+        batches: each ``embed_multimodal`` call, in call order.
+    """
+
+    prompt_token_ids: list[int]
+    items: list[RequestItem]
+    embeddings: list[torch.Tensor]
+    batches: list[Batch]
+
+    def item(self, modality: str, index: int) -> tuple[RequestItem, torch.Tensor]:
+        for item, embedding in zip(self.items, self.embeddings, strict=True):
+            if (item.modality, item.index) == (modality, index):
+                return item, embedding
+        raise LookupError(f"no {modality} item {index} in the result")
+
+
+# ---------------------------------------------------------------------------------------------
+# Media
+
+
+def _rng(seed: int) -> np.random.Generator:
+    return np.random.default_rng(seed)
+
+
+def image_array(height: int, width: int, seed: int) -> np.ndarray:
+    """An ``[H, W, 3]`` uint8 RGB image."""
+    return _rng(seed).integers(0, 256, (height, width, 3), dtype=np.uint8)
+
+
+def pil_image(height: int, width: int, seed: int) -> Any:
+    from PIL import Image
+
+    return Image.fromarray(image_array(height, width, seed))
+
+
+def video_clip(num_frames: int, height: int, width: int, seed: int, stride: int = 2) -> VideoClip:
+    """``num_frames`` frames sampled every ``stride`` source frames at 2 fps."""
+    frames = _rng(seed).integers(0, 256, (num_frames, height, width, 3), dtype=np.uint8)
+    return VideoClip(frames, 2.0, tuple(range(0, num_frames * stride, stride)))
+
+
+def audio_clip(seconds: float, seed: int) -> np.ndarray:
+    """Mono float32 noise at :data:`AUDIO_SAMPLE_RATE`."""
+    samples = int(seconds * AUDIO_SAMPLE_RATE)
+    return (0.1 * _rng(seed).standard_normal(samples)).astype(np.float32)
+
+
+def embedding_rows(rows: int, hidden_size: int, seed: int) -> torch.Tensor:
+    """``[rows, h]`` float32 embeddings."""
+    return torch.randn(rows, hidden_size, generator=torch.Generator().manual_seed(seed))
+
+
+# ---------------------------------------------------------------------------------------------
+# The catalogue
+
+
+@dataclass(frozen=True)
+class RequestForm:
+    """One input form a user can send, on the checkpoint variant it needs."""
+
+    name: str
+    spec: ModelSpec
+    build: Callable[[ModelSpec], Request]
+
+    @functools.cached_property
+    def request(self) -> Request:
+        return self.build(self.spec)
+
+
+STATIC = ModelSpec()
+DYNAMIC = ModelSpec(dynamic_resolution=True)
+TEMPORAL_2 = ModelSpec(video_temporal_patch_size=2)
+
+
+def _images_pil(spec: ModelSpec) -> Request:
+    # Sizes that tile differently: one tile plus none, and a 2 x 1 grid plus the thumbnail.
+    return Request(
+        "Look: <image> and <image>.", images=[pil_image(60, 50, 1), pil_image(70, 140, 2)]
+    )
+
+
+def _images_array(spec: ModelSpec) -> Request:
+    return Request("Look: <image>.", images=[image_array(60, 50, 1)])
+
+
+def _images_dynamic(spec: ModelSpec) -> Request:
+    return Request(
+        "Look: <image> and <image>.", images=[pil_image(100, 150, 3), pil_image(40, 64, 4)]
+    )
+
+
+def _video(spec: ModelSpec) -> Request:
+    return Request("Watch <video> closely.", videos=[video_clip(5, 64, 64, 5)])
+
+
+def _videos_two(spec: ModelSpec) -> Request:
+    return Request(
+        "First <video>, then <video>.", videos=[video_clip(4, 64, 64, 6), video_clip(2, 64, 64, 7)]
+    )
+
+
+def _audio(spec: ModelSpec) -> Request:
+    return Request(
+        "Hear <so_embedding> and <so_embedding>.",
+        audios=[audio_clip(1.0, 8), audio_clip(0.45, 9)],
+    )
+
+
+def _image_embeds_stacked_one(spec: ModelSpec) -> Request:
+    return Request("Look: <image>.", images=embedding_rows(6, spec.hidden_size, 10)[None])
+
+
+def _image_embeds_stacked(spec: ModelSpec) -> Request:
+    stacked = torch.stack([embedding_rows(4, spec.hidden_size, s) for s in (11, 12, 13)])
+    return Request("<image> <image> <image>", images=stacked)
+
+
+def _image_embeds_list(spec: ModelSpec) -> Request:
+    return Request(
+        "<image> and <image>",
+        images=[embedding_rows(3, spec.hidden_size, 14), embedding_rows(7, spec.hidden_size, 15)],
+    )
+
+
+def _video_embeds_one(spec: ModelSpec) -> Request:
+    return Request("Watch <video>.", videos=embedding_rows(9, spec.hidden_size, 16)[None])
+
+
+def _video_embeds_list(spec: ModelSpec) -> Request:
+    return Request(
+        "<video> then <video>",
+        videos=[embedding_rows(5, spec.hidden_size, 17), embedding_rows(2, spec.hidden_size, 18)],
+    )
+
+
+def _mixed(spec: ModelSpec) -> Request:
+    return Request(
+        "A <image>, a <video>, a <so_embedding> and <image>.",
+        images=[pil_image(60, 50, 19), pil_image(70, 140, 20)],
+        videos=[video_clip(3, 64, 64, 21)],
+        audios=[audio_clip(0.6, 22)],
+    )
+
+
+REQUEST_FORMS: tuple[RequestForm, ...] = (
+    RequestForm("images-pil", STATIC, _images_pil),
+    RequestForm("images-array", STATIC, _images_array),
+    RequestForm("images-dynamic", DYNAMIC, _images_dynamic),
+    RequestForm("video-t1", STATIC, _video),
+    RequestForm("videos-t2", TEMPORAL_2, _videos_two),
+    RequestForm("audios", STATIC, _audio),
+    RequestForm("image-embeds-stacked-one", STATIC, _image_embeds_stacked_one),
+    RequestForm("image-embeds-stacked", STATIC, _image_embeds_stacked),
+    RequestForm("image-embeds-list", STATIC, _image_embeds_list),
+    RequestForm("video-embeds-stacked-one", STATIC, _video_embeds_one),
+    RequestForm("video-embeds-list", STATIC, _video_embeds_list),
+    RequestForm("mixed", STATIC, _mixed),
+)
+FORMS_BY_NAME = {form.name: form for form in REQUEST_FORMS}
+#: Forms whose items are all precomputed embeddings.
+EMBEDDING_FORMS = tuple(f.name for f in REQUEST_FORMS if "embeds" in f.name)

@@ -1,0 +1,102 @@
+"""A user's request through the reference: its processor, then ``embed_multimodal`` once per
+modality (the reference has no batching of its own to model)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from harness.requests import (
+    AUDIO_SAMPLE_RATE,
+    Batch,
+    Request,
+    RequestItem,
+    RequestResult,
+    VideoClip,
+)
+from reference_impl.config import ConfigError
+from reference_impl.model import NanoNemotronVLModel
+from reference_impl.processor import NanoNemotronVLProcessor, ProcessorOutput, Video
+
+#: The processor's keyword outputs of each modality (the model's routing keys and their helpers).
+MODALITY_KEYS = {
+    "image": (
+        "pixel_values_flat",
+        "image_num_patches",
+        "imgs_sizes",
+        "num_tokens_per_image",
+        "image_embeds",
+    ),
+    "video": (
+        "pixel_values_flat_video",
+        "video_num_patches",
+        "frames_indices",
+        "frame_duration_ms",
+        "video_embeds",
+    ),
+    "audio": ("input_audio_features", "feature_attention_mask", "audio_num_clips"),
+}
+#: The reference processor's modality names.
+PROCESSOR_MODALITY = {"images": "image", "videos": "video", "audios": "audio"}
+
+
+def _image(item: Any, index: int) -> np.ndarray:
+    if isinstance(item, np.ndarray):
+        return item
+    convert = getattr(item, "convert", None)
+    if convert is None:
+        raise ConfigError(
+            f"images[{index}]", "a PIL image or an [H, W, 3] uint8 array", type(item).__name__
+        )
+    return np.asarray(convert("RGB"))
+
+
+def _video(item: Any, index: int) -> Video:
+    if not isinstance(item, VideoClip):
+        raise ConfigError(f"videos[{index}]", "a VideoClip", type(item).__name__)
+    return Video(torch.from_numpy(item.frames.copy()), item.fps, item.frames_indices)
+
+
+def process(processor: NanoNemotronVLProcessor, request: Request) -> ProcessorOutput:
+    """The reference processor on a request."""
+    image_embeds = request.embeddings("image")
+    video_embeds = request.embeddings("video")
+    images = [] if image_embeds is not None else list(request.images)
+    videos = [] if video_embeds is not None else list(request.videos)
+    return processor(
+        request.prompt,
+        images=[_image(item, i) for i, item in enumerate(images)],
+        videos=[_video(item, i) for i, item in enumerate(videos)],
+        audios=[torch.as_tensor(np.asarray(a, dtype=np.float32)) for a in request.audios],
+        image_embeds=image_embeds or (),
+        video_embeds=video_embeds or (),
+    )
+
+
+def run(model: NanoNemotronVLModel, request: Request) -> RequestResult:
+    """The request through the reference processor and model."""
+    sampling_rate = model.config.sound_config.sampling_rate if model.config.sound_config else None
+    if request.audios and sampling_rate != AUDIO_SAMPLE_RATE:
+        raise ConfigError("audios", f"audio at {sampling_rate} Hz", f"{AUDIO_SAMPLE_RATE} Hz")
+    processed = process(NanoNemotronVLProcessor(model.config, model.tokenizer), request)
+    embedded: dict[tuple[str, int], torch.Tensor] = {}
+    batches: list[Batch] = []
+    with torch.no_grad():
+        for modality, keys in MODALITY_KEYS.items():
+            kwargs = {k: v for k, v in processed.mm_kwargs.items() if k in keys}
+            if not kwargs:
+                continue
+            outputs = [
+                out for _, items in model.embed_by_modality(**kwargs).values() for out in items
+            ]
+            batches.append(Batch.of(modality, len(outputs), kwargs))
+            embedded.update(((modality, i), out) for i, out in enumerate(outputs))
+    items, embeddings = [], []
+    for span in sorted(processed.placeholders, key=lambda p: p.start):
+        modality = PROCESSOR_MODALITY[span.modality]
+        positions = tuple(range(span.start, span.start + span.length))
+        items.append(RequestItem(modality, span.index, positions))
+        embeddings.append(embedded[(modality, span.index)])
+    return RequestResult(processed.input_ids, items, embeddings, batches)

@@ -1,0 +1,105 @@
+"""A user's request through vLLM, as its engine runs it, on CPU.
+
+The steps and the vLLM objects that do them:
+
+1. the renderer: ``MULTIMODAL_REGISTRY.create_processor(model_config)`` (the processor vLLM's
+   registry makes for the checkpoint folder), ``processor.info.parse_mm_data`` (its data parser),
+   then the processor on the prompt (tokenised as the processor's defaults say) and the parsed
+   items, with or without vLLM's processor-only cache;
+2. the engine core boundary: every item's kwargs through vLLM's msgpack encoder and decoder, in
+   prompt order (the engine sorts a request's items by placeholder offset);
+3. the model runner's encoder step: ``group_and_batch_mm_kwargs`` groups consecutive items,
+   videos one at a time where the model sets ``requires_sequential_video_encoding``, then
+   ``embed_multimodal`` per batch under the engine config, then vLLM's
+   ``sanity_check_mm_encoder_outputs``.
+
+The scheduler's placement of each output into its placeholder is the one step not run: the
+result gives each item's placeholder positions (``PlaceholderRange`` offset and ``is_embed``)
+next to its embedding, and the suites check they agree.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from harness.requests import Batch, Request, RequestItem, RequestResult
+
+
+class VllmRequestPath:
+    """The request path of one built model: its processor and processor cache made once."""
+
+    def __init__(self, model: Any, vllm_config: Any) -> None:
+        from vllm.multimodal import MULTIMODAL_REGISTRY
+        from vllm.multimodal.cache.base import MultiModalProcessorOnlyCache
+
+        self.model = model
+        self.vllm_config = vllm_config
+        model_config = vllm_config.model_config
+        self.processor = MULTIMODAL_REGISTRY.create_processor(model_config)
+        self.cache = MultiModalProcessorOnlyCache(model_config)
+
+    def process(self, request: Request, *, cached: bool = False) -> Any:
+        """The renderer's step: vLLM's ``MultiModalInput`` for the request."""
+        items = self.processor.info.parse_mm_data(request.multi_modal_data())
+        return self.processor(
+            request.prompt,
+            items,
+            hf_processor_mm_kwargs={},
+            cache=self.cache if cached else None,
+        )
+
+    def run(self, request: Request, *, cached: bool = False) -> RequestResult:
+        from vllm.config import set_current_vllm_config
+        from vllm.multimodal.inputs import MultiModalKwargsItem
+        from vllm.multimodal.utils import group_and_batch_mm_kwargs
+        from vllm.v1.serial_utils import MsgpackDecoder, MsgpackEncoder
+        from vllm.v1.worker.utils import sanity_check_mm_encoder_outputs
+
+        processed = self.process(request, cached=cached)
+        features = []
+        for modality, placeholders in processed["mm_placeholders"].items():
+            for index, placeholder in enumerate(placeholders):
+                features.append((placeholder.offset, modality, index, placeholder))
+        features.sort(key=lambda feature: feature[0])
+
+        encoder, decoder = MsgpackEncoder(), MsgpackDecoder(MultiModalKwargsItem)
+        kwargs = [
+            (modality, decoder.decode(encoder.encode(processed["mm_kwargs"][modality][index])))
+            for _, modality, index, _ in features
+        ]
+        sequential_videos = getattr(self.model, "requires_sequential_video_encoding", False)
+        batches: list[Batch] = []
+        outputs: list[torch.Tensor] = []
+        done = 0  # items embedded so far
+        with set_current_vllm_config(self.vllm_config), torch.no_grad():
+            for modality, num_items, batch in group_and_batch_mm_kwargs(kwargs):
+                if sequential_videos and modality == "video" and num_items > 1:
+                    for one in kwargs[done : done + num_items]:
+                        _, _, single = next(group_and_batch_mm_kwargs([one]))
+                        out = self.model.embed_multimodal(**single)
+                        sanity_check_mm_encoder_outputs(out, expected_num_items=1)
+                        batches.append(Batch.of(modality, 1, single))
+                        outputs.extend(out)
+                    done += num_items
+                    continue
+                out = self.model.embed_multimodal(**batch)
+                sanity_check_mm_encoder_outputs(out, expected_num_items=num_items)
+                batches.append(Batch.of(modality, num_items, batch))
+                outputs.extend(out)
+                done += num_items
+        items = [
+            RequestItem(modality, index, _embed_positions(placeholder))
+            for _, modality, index, placeholder in features
+        ]
+        return RequestResult(list(processed["prompt_token_ids"]), items, outputs, batches)
+
+
+def _embed_positions(placeholder: Any) -> tuple[int, ...]:
+    """The prompt positions a ``PlaceholderRange``'s embedding rows fill."""
+    offsets = range(placeholder.offset, placeholder.offset + placeholder.length)
+    if placeholder.is_embed is None:
+        return tuple(offsets)
+    mask = placeholder.is_embed.tolist()
+    return tuple(position for position, embed in zip(offsets, mask, strict=True) if embed)

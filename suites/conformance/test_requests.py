@@ -1,0 +1,185 @@
+"""Requests through the target's engine: processor, batching, the real model (issue 10).
+
+A request (:mod:`harness.requests`) is what a user sends: prompt text and media or precomputed
+embeddings. The target runs it as its engine does (vLLM: the registry's processor and data parser,
+its processor cache, the msgpack boundary, ``group_and_batch_mm_kwargs``, ``embed_multimodal``).
+What every form must satisfy, whatever the implementation:
+
+- every item of the request comes back once, in prompt order, and its embedding has exactly as
+  many rows as the prompt positions its placeholder expanded to (the engine scatters row ``i``
+  into position ``i``), ``h`` wide; image and audio rows fill the context token's positions;
+- embeddings given in the request come back bit-exact, in their items and order;
+- processing through the engine's processor cache gives the same prompt and embeddings;
+- every batch the model receives carries one form of its modality, the helper keys that form
+  needs, and no None values (so the direct-call checks of those inputs are not reachable from a
+  request: see ``reach`` in the deviation files);
+- items of one request embed as they do alone, whatever the batching.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from harness.assertions import raises_clear_error
+from harness.requests import (
+    FORMS_BY_NAME,
+    PLACEHOLDER,
+    REQUEST_FORMS,
+    Request,
+    embedding_rows,
+    pil_image,
+)
+from reference_impl.tokenizer import shared_tokenizer
+
+pytestmark = pytest.mark.concern("requests")
+
+FORMS = [form.name for form in REQUEST_FORMS]
+#: Forms with several media items: each must embed as it does alone.
+SEVERAL_MEDIA = [
+    f.name
+    for f in REQUEST_FORMS
+    if "embeds" not in f.name
+    and sum(f.request.num_items(m) for m in ("image", "video", "audio")) > 1  # type: ignore[arg-type]
+]
+MODALITIES = ("image", "video", "audio")
+#: The keys each form's batch must carry besides its routing key (the model cannot embed it
+#: without them).
+HELPER_KEYS = {
+    "pixel_values_flat": {"image_num_patches", "imgs_sizes"},  # one of them: static or dynamic
+    "pixel_values_flat_video": {"video_num_patches", "frames_indices", "frame_duration_ms"},
+    "input_audio_features": {"feature_attention_mask", "audio_num_clips"},
+}
+ROUTING_KEYS = {
+    "image": ("pixel_values_flat", "image_embeds"),
+    "video": ("pixel_values_flat_video", "video_embeds"),
+    "audio": ("input_audio_features",),
+}
+
+
+def context_token(modality: str) -> int | None:
+    """The token every embedding row of an image or audio item replaces (from the tokenizer the
+    checkpoint folder ships); videos interleave separator text, so None."""
+    if modality == "video":
+        return None
+    text = PLACEHOLDER[modality]
+    ids = shared_tokenizer().encode(text, add_special_tokens=False)
+    assert len(ids) == 1, f"{text} is not one token"
+    return int(ids[0])
+
+
+def _items_and_rows_agree(request: Request, result, hidden_size: int) -> None:
+    for modality in MODALITIES:
+        got = sorted(i.index for i in result.items if i.modality == modality)
+        expected = list(range(request.num_items(modality)))  # type: ignore[arg-type]
+        assert got == expected, f"{modality} items: expected {expected}, got {got}"
+    assert len(result.embeddings) == len(result.items)
+    taken: set[int] = set()
+    previous = -1
+    for item, embedding in zip(result.items, result.embeddings, strict=True):
+        name = f"{item.modality}[{item.index}]"
+        assert item.positions, f"{name}: no placeholder positions"
+        assert item.positions[0] > previous, f"{name}: items out of prompt order"
+        previous = item.positions[-1]
+        assert not taken & set(item.positions), f"{name}: positions overlap another item's"
+        taken |= set(item.positions)
+        assert max(item.positions) < len(result.prompt_token_ids), f"{name}: past the prompt"
+        assert tuple(embedding.shape) == (len(item.positions), hidden_size), (
+            f"{name}: embedding {tuple(embedding.shape)} for {len(item.positions)} placeholder "
+            f"positions (hidden size {hidden_size})"
+        )
+        token = context_token(item.modality)
+        if token is not None:
+            filled = {result.prompt_token_ids[p] for p in item.positions}
+            assert filled == {token}, f"{name}: rows fill tokens {sorted(filled)}, not {token}"
+
+
+def _batches_are_well_formed(result) -> None:
+    for batch in result.batches:
+        assert not batch.none_keys, f"{batch.modality} batch: None values for {batch.none_keys}"
+        routing = [k for k in ROUTING_KEYS[batch.modality] if k in batch.keys]
+        assert len(routing) == 1, f"{batch.modality} batch carries forms {routing}"
+        helpers = HELPER_KEYS.get(routing[0], set())
+        if routing[0] == "pixel_values_flat":
+            assert helpers & set(batch.keys), f"image batch without {sorted(helpers)}"
+        else:
+            missing = helpers - set(batch.keys)
+            assert not missing, f"{routing[0]} batch without {sorted(missing)}"
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_request_is_processed_and_embedded(request_runs, form):
+    request = FORMS_BY_NAME[form].request
+    result = request_runs.run(form)
+    _items_and_rows_agree(request, result, FORMS_BY_NAME[form].spec.hidden_size)
+    _batches_are_well_formed(result)
+    for modality in MODALITIES:
+        given = request.embeddings(modality)  # type: ignore[arg-type]
+        if given is None:
+            continue
+        for index, expected in enumerate(given):
+            _, embedding = result.item(modality, index)
+            assert embedding.dtype == expected.dtype, (
+                f"{modality}[{index}]: dtype {embedding.dtype}, given {expected.dtype}"
+            )
+            assert torch.equal(embedding, expected), f"{modality}[{index}]: not the given rows"
+    for _ in range(2):  # the second run is served from the cache
+        cached = request_runs.model(form).run_request(request, cached=True)
+        assert cached.prompt_token_ids == result.prompt_token_ids, "cached prompt differs"
+        assert cached.items == result.items, "cached placeholders differ"
+        for a, b in zip(cached.embeddings, result.embeddings, strict=True):
+            assert torch.equal(a, b), "cached processing embeds differently"
+
+
+@pytest.mark.parametrize("form", SEVERAL_MEDIA)
+def test_items_embed_as_they_do_alone(request_runs, form):
+    """Batching and mixing must not change an item's embedding: each item of the request, sent
+    alone in a request of its own, embeds to the same rows."""
+    request = FORMS_BY_NAME[form].request
+    result = request_runs.run(form)
+    model = request_runs.model(form)
+    for item, embedding in zip(result.items, result.embeddings, strict=True):
+        modality = item.modality
+        alone = Request(
+            PLACEHOLDER[modality],
+            **{modality + "s": [request.items(modality)[item.index]]},  # type: ignore[arg-type]
+        )
+        single = model.run_request(alone)
+        assert len(single.embeddings) == 1
+        torch.testing.assert_close(
+            embedding,
+            single.embeddings[0],
+            msg=lambda m, i=item: f"{i.modality}[{i.index}] embeds differently in the request: {m}",
+        )
+
+
+@pytest.mark.parametrize("modality", ["image", "video"])
+def test_embeddings_of_the_wrong_width_are_rejected(make_model, modality):
+    """Embeddings that cannot be merged into the prompt must be refused where the request enters,
+    naming them."""
+    model = make_model()
+    wide = embedding_rows(3, model.spec.hidden_size + 1, 0)
+    request = Request(PLACEHOLDER[modality], **{modality + "s": [wide]})  # type: ignore[arg-type]
+    with raises_clear_error(f"{modality}_embeds", f"{modality.capitalize()} embedding"):
+        model.run_request(request)
+
+
+def test_media_and_embeddings_of_one_modality_are_rejected(make_model):
+    """One image given as pixels and one as embeddings: a request must be refused with a clear
+    error naming the images, not processed in part."""
+    model = make_model()
+    request = Request(
+        "<image> <image>",
+        images=[embedding_rows(3, model.spec.hidden_size, 0), pil_image(32, 32, 1)],
+    )
+    with raises_clear_error("image"):
+        model.run_request(request)
+
+
+def test_a_very_thin_image_is_processed(make_model):
+    """A 1470 x 5 image (a banner) on a dynamic-resolution checkpoint: it must become at least one
+    patch each way and embed like any image."""
+    model = make_model(dynamic_resolution=True)
+    request = Request("<image>", images=[pil_image(5, 1470, 2)])
+    result = model.run_request(request)
+    _items_and_rows_agree(request, result, model.spec.hidden_size)
