@@ -57,6 +57,7 @@ class ModelSpec:
     audio: bool = True
     video_temporal_patch_size: int = 1
     mtp: bool = False
+    audio_hop_length: int = 160  # the feature extractor's hop (Parakeet's default: 160)
 
     # Sizes shared by every variant.
     hidden_size: int = 64
@@ -93,6 +94,8 @@ class ModelSpec:
         ]
         if self.mtp:
             parts.append("mtp")
+        if self.audio_hop_length != 160:
+            parts.append(f"hop{self.audio_hop_length}")
         return "-".join(parts)
 
     def vl_config(self) -> VLConfig:
@@ -149,6 +152,7 @@ def _vl_config(spec: ModelSpec) -> VLConfig:
         "projection_hidden_size": 48,
         "num_mel_bins": spec.num_mel_bins,
         "conv_kernel_size": 5,
+        "hop_length": spec.audio_hop_length,
     }
     overrides: dict[str, object] = {
         "text_config": text,

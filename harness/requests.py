@@ -115,6 +115,15 @@ class RequestItem:
 
 
 @dataclass(frozen=True)
+class ProcessedRequest:
+    """A target's processor output for a request: the expanded prompt and every item's
+    placeholder positions, in prompt order (nothing embedded)."""
+
+    prompt_token_ids: list[int]
+    items: list[RequestItem]
+
+
+@dataclass(frozen=True)
 class Batch:
     """One ``embed_multimodal`` call: its modality, item count, and keyword names (those whose
     value was None apart)."""
@@ -209,6 +218,7 @@ class RequestForm:
 STATIC = ModelSpec()
 DYNAMIC = ModelSpec(dynamic_resolution=True)
 TEMPORAL_2 = ModelSpec(video_temporal_patch_size=2)
+HOP_128 = ModelSpec(audio_hop_length=128)
 
 
 def _images_pil(spec: ModelSpec) -> Request:
@@ -288,6 +298,7 @@ REQUEST_FORMS: tuple[RequestForm, ...] = (
     RequestForm("video-t1", STATIC, _video),
     RequestForm("videos-t2", TEMPORAL_2, _videos_two),
     RequestForm("audios", STATIC, _audio),
+    RequestForm("audios-hop-128", HOP_128, _audio),  # token counts follow a non-default hop
     RequestForm("image-embeds-stacked-one", STATIC, _image_embeds_stacked_one),
     RequestForm("image-embeds-stacked", STATIC, _image_embeds_stacked),
     RequestForm("image-embeds-list", STATIC, _image_embeds_list),

@@ -26,7 +26,7 @@ from typing import Literal
 import torch
 
 from harness.checkpoint import ModelSpec
-from harness.requests import Request, RequestResult
+from harness.requests import ProcessedRequest, Request, RequestResult
 from reference_impl.config import NemotronHConfig
 
 Modality = Literal["images", "videos", "audios"]
@@ -227,6 +227,11 @@ class MultimodalModel(abc.ABC):
         return {key: move(value, key in PROCESSOR_FLOAT_KEYS) for key, value in kwargs.items()}
 
     @abc.abstractmethod
+    def process_request(self, request: Request) -> ProcessedRequest:
+        """The target's processor alone on a request (one processor per model, shared between
+        calls and threads, as an engine shares it)."""
+
+    @abc.abstractmethod
     def run_request(self, request: Request, *, cached: bool = False) -> RequestResult:
         """A user's request as the target's engine runs it: its processor expands the prompt and
         makes the model's inputs (through its processor cache when ``cached``), its batching
@@ -338,8 +343,11 @@ class Target(abc.ABC):
     # Processor ---------------------------------------------------------------------------
 
     @abc.abstractmethod
-    def metadata(self, spec: ModelSpec, tokenizer: object) -> ProcessorMetadata:
-        """The processing metadata of ``spec``'s config, with ``tokenizer`` as the shared one."""
+    def metadata(
+        self, spec: ModelSpec, tokenizer: object, *, fresh: bool = False
+    ) -> ProcessorMetadata:
+        """The processing metadata of ``spec``'s config, with ``tokenizer`` as the shared one;
+        ``fresh``: from a config made for this call alone (else one kept per spec)."""
 
     @abc.abstractmethod
     def video_replacement(

@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from harness.checkpoint import ModelSpec
-from harness.requests import Request, RequestResult
+from harness.requests import ProcessedRequest, Request, RequestResult
 from harness.targets.base import EncoderCalls, MultimodalModel, ParsedModality
 from harness.targets.reference import requests
 from reference_impl.lora import LoRAContext, LoRAEmbedding
@@ -48,6 +48,9 @@ class ReferenceModel(MultimodalModel):
             return method(*args, **kwargs)
 
         return recorded
+
+    def process_request(self, request: Request) -> ProcessedRequest:
+        return requests.prompt(self.multimodal, request)
 
     def run_request(self, request: Request, *, cached: bool = False) -> RequestResult:
         # The reference processor keeps no cache: cached and uncached runs are the same run.

@@ -11,6 +11,7 @@ import torch
 from harness.requests import (
     AUDIO_SAMPLE_RATE,
     Batch,
+    ProcessedRequest,
     Request,
     RequestItem,
     RequestResult,
@@ -75,12 +76,33 @@ def process(processor: NanoNemotronVLProcessor, request: Request) -> ProcessorOu
     )
 
 
-def run(model: NanoNemotronVLModel, request: Request) -> RequestResult:
-    """The request through the reference processor and model."""
+def _processed(model: NanoNemotronVLModel, request: Request) -> ProcessorOutput:
     sampling_rate = model.config.sound_config.sampling_rate if model.config.sound_config else None
     if request.audios and sampling_rate != AUDIO_SAMPLE_RATE:
         raise ConfigError("audios", f"audio at {sampling_rate} Hz", f"{AUDIO_SAMPLE_RATE} Hz")
-    processed = process(NanoNemotronVLProcessor(model.config, model.tokenizer), request)
+    return process(NanoNemotronVLProcessor(model.config, model.tokenizer), request)
+
+
+def _items(processed: ProcessorOutput) -> list[RequestItem]:
+    return [
+        RequestItem(
+            PROCESSOR_MODALITY[span.modality],
+            span.index,
+            tuple(range(span.start, span.start + span.length)),
+        )
+        for span in sorted(processed.placeholders, key=lambda p: p.start)
+    ]
+
+
+def prompt(model: NanoNemotronVLModel, request: Request) -> ProcessedRequest:
+    """The request through the reference processor alone."""
+    processed = _processed(model, request)
+    return ProcessedRequest(processed.input_ids, _items(processed))
+
+
+def run(model: NanoNemotronVLModel, request: Request) -> RequestResult:
+    """The request through the reference processor and model."""
+    processed = _processed(model, request)
     embedded: dict[tuple[str, int], torch.Tensor] = {}
     batches: list[Batch] = []
     with torch.no_grad():
@@ -93,10 +115,6 @@ def run(model: NanoNemotronVLModel, request: Request) -> RequestResult:
             ]
             batches.append(Batch.of(modality, len(outputs), kwargs))
             embedded.update(((modality, i), out) for i, out in enumerate(outputs))
-    items, embeddings = [], []
-    for span in sorted(processed.placeholders, key=lambda p: p.start):
-        modality = PROCESSOR_MODALITY[span.modality]
-        positions = tuple(range(span.start, span.start + span.length))
-        items.append(RequestItem(modality, span.index, positions))
-        embeddings.append(embedded[(modality, span.index)])
+    items = _items(processed)
+    embeddings = [embedded[(item.modality, item.index)] for item in items]
     return RequestResult(processed.input_ids, items, embeddings, batches)

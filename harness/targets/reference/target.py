@@ -266,8 +266,10 @@ class ReferenceTarget(Target):
         conv, ssm = mamba_state_shape_from_config(engine)
         return MambaStateInfo(conv, ssm, mamba_state_dtype_from_config(engine))
 
-    def metadata(self, spec: ModelSpec, tokenizer: object) -> ProcessorMetadata:
-        return ConfigMetadata(spec.vl_config())
+    def metadata(
+        self, spec: ModelSpec, tokenizer: object, *, fresh: bool = False
+    ) -> ProcessorMetadata:
+        return ConfigMetadata(spec.vl_config())  # a new config on every call
 
     def video_replacement(
         self,

@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 from harness.checkpoint import ModelSpec
-from harness.requests import Request, RequestResult
+from harness.requests import ProcessedRequest, Request, RequestResult
 from harness.targets.base import EncoderCalls, MultimodalModel, ParsedModality
 from harness.targets.vllm.requests import VllmRequestPath
 
@@ -30,10 +30,17 @@ class VllmModel(MultimodalModel):
             model.sound_encoder.register_forward_pre_hook(self._record_audio)
         self._request_path: VllmRequestPath | None = None
 
-    def run_request(self, request: Request, *, cached: bool = False) -> RequestResult:
+    @property
+    def request_path(self) -> VllmRequestPath:
         if self._request_path is None:
             self._request_path = VllmRequestPath(self.model, self.vllm_config)
-        return self._request_path.run(request, cached=cached)
+        return self._request_path
+
+    def process_request(self, request: Request) -> ProcessedRequest:
+        return self.request_path.prompt(request)
+
+    def run_request(self, request: Request, *, cached: bool = False) -> RequestResult:
+        return self.request_path.run(request, cached=cached)
 
     def _record_vision(self, module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         if kwargs.get("imgs_sizes") is not None:

@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from harness.requests import Batch, Request, RequestItem, RequestResult
+from harness.requests import Batch, ProcessedRequest, Request, RequestItem, RequestResult
 
 
 class VllmRequestPath:
@@ -50,6 +50,14 @@ class VllmRequestPath:
             cache=self.cache if cached else None,
         )
 
+    def prompt(self, request: Request) -> ProcessedRequest:
+        processed = self.process(request)
+        items = [
+            RequestItem(modality, index, _embed_positions(placeholder))
+            for _, modality, index, placeholder in _in_prompt_order(processed)
+        ]
+        return ProcessedRequest(list(processed["prompt_token_ids"]), items)
+
     def run(self, request: Request, *, cached: bool = False) -> RequestResult:
         from vllm.config import set_current_vllm_config
         from vllm.multimodal.inputs import MultiModalKwargsItem
@@ -58,11 +66,7 @@ class VllmRequestPath:
         from vllm.v1.worker.utils import sanity_check_mm_encoder_outputs
 
         processed = self.process(request, cached=cached)
-        features = []
-        for modality, placeholders in processed["mm_placeholders"].items():
-            for index, placeholder in enumerate(placeholders):
-                features.append((placeholder.offset, modality, index, placeholder))
-        features.sort(key=lambda feature: feature[0])
+        features = _in_prompt_order(processed)
 
         encoder, decoder = MsgpackEncoder(), MsgpackDecoder(MultiModalKwargsItem)
         kwargs = [
@@ -94,6 +98,17 @@ class VllmRequestPath:
             for _, modality, index, placeholder in features
         ]
         return RequestResult(list(processed["prompt_token_ids"]), items, outputs, batches)
+
+
+def _in_prompt_order(processed: Any) -> list[tuple[int, str, int, Any]]:
+    """``(offset, modality, index, PlaceholderRange)`` of every item, sorted by offset as the
+    engine orders a request's items."""
+    features = [
+        (placeholder.offset, modality, index, placeholder)
+        for modality, placeholders in processed["mm_placeholders"].items()
+        for index, placeholder in enumerate(placeholders)
+    ]
+    return sorted(features, key=lambda feature: feature[0])
 
 
 def _embed_positions(placeholder: Any) -> tuple[int, ...]:

@@ -277,8 +277,14 @@ class VllmTarget(Target):
 
     # Processor ---------------------------------------------------------------------------
 
-    def metadata(self, spec: ModelSpec, tokenizer: object) -> ProcessorMetadata:
+    def metadata(
+        self, spec: ModelSpec, tokenizer: object, *, fresh: bool = False
+    ) -> ProcessorMetadata:
         self.load()
+        if fresh:
+            return RefusingMetadata(
+                build.engine_config(checkpoint_folder(spec)).model_config, tokenizer
+            )
         if spec not in self._model_configs:
             config = build.engine_config(checkpoint_folder(spec)).model_config
             self._model_configs[spec] = config
