@@ -316,6 +316,58 @@ def is_dynamic_tiler(config: VLConfig) -> bool:
     return config.dynamic_resolution
 
 
+#: The model's keyword inputs of each modality, as this processor emits them (routing keys and
+#: the helpers they need); a serving engine routes each to its modality.
+MODEL_INPUT_KEYS: dict[str, tuple[str, ...]] = {
+    "image": (
+        "pixel_values_flat",
+        "image_num_patches",
+        "imgs_sizes",
+        "num_tokens_per_image",
+        "image_embeds",
+    ),
+    "video": (
+        "pixel_values_flat_video",
+        "video_num_patches",
+        "frames_indices",
+        "frame_duration_ms",
+        "video_embeds",
+    ),
+    "audio": ("input_audio_features", "feature_attention_mask", "audio_num_clips"),
+}
+
+
+def supported_limits(config: VLConfig) -> dict[str, int | None]:
+    """Items per prompt of each modality the checkpoint takes (None: no limit of its own)."""
+    limits: dict[str, int | None] = {"image": None, "video": None}
+    if supports_audio(config):
+        limits["audio"] = None
+    return limits
+
+
+def max_tokens_per_item(config: VLConfig, seq_len: int, counts: dict[str, int]) -> dict[str, int]:
+    """The most placeholder tokens one item of each modality in ``counts`` can take.
+
+    Static tiles: the most tiles (``max_num_tiles``, plus the thumbnail when an image can
+    tile) times the tokens per tile. Dynamic resolution: ``max_num_patches`` patches after the
+    pixel shuffle (when the config caps them), else the whole sequence. Videos and audio have
+    no cap but the sequence."""
+    out: dict[str, int] = {}
+    if counts.get("image", 0) > 0:
+        if not config.dynamic_resolution:
+            tiles = config.max_num_tiles + (config.use_thumbnail and config.max_num_tiles > 1)
+            out["image"] = tiles * config.num_image_token
+        elif config.max_num_patches > 0:
+            out["image"] = min(seq_len, config.max_num_patches // config.shuffle_factor**2)
+        else:
+            out["image"] = seq_len
+    if counts.get("video", 0) > 0:
+        out["video"] = seq_len
+    if counts.get("audio", 0) > 0 and supports_audio(config):
+        out["audio"] = seq_len
+    return out
+
+
 def _image_tensor(image: object, index: int) -> torch.Tensor:
     """An ``[H, W, 3]`` RGB image (uint8 or 0..255 floats) as float ``[3, H, W]``."""
     x = torch.as_tensor(image)

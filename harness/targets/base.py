@@ -252,8 +252,12 @@ class MultimodalModel(abc.ABC):
 
 
 class ProcessorMetadata(abc.ABC):
-    """The processing metadata questions, answered with the processor factory refusing to run
-    (vLLM PR #38655: building the processor in a hot path races on the shared tokenizer)."""
+    """The processing metadata an engine asks before or between requests, each entry point
+    counting the processors it constructs (:attr:`constructions`): vLLM PR #38655, building
+    the processor in such a path races on the shared tokenizer."""
+
+    #: processors constructed through this object's entry points so far
+    constructions: int = 0
 
     @abc.abstractmethod
     def supports_video(self) -> bool: ...
@@ -263,6 +267,23 @@ class ProcessorMetadata(abc.ABC):
 
     @abc.abstractmethod
     def is_dynamic_tiler(self) -> bool: ...
+
+    @abc.abstractmethod
+    def supported_limits(self) -> dict[str, int | None]:
+        """Items per prompt of each modality (vLLM's names; None: no limit of its own)."""
+
+    @abc.abstractmethod
+    def embedding_width(self) -> int | None:
+        """The width the data parser requires of precomputed embeddings (None: unchecked)."""
+
+    @abc.abstractmethod
+    def routed_keys(self) -> dict[str, str]:
+        """The processor's fields config: each keyword output and the modality it is routed
+        with."""
+
+    @abc.abstractmethod
+    def max_tokens_per_item(self, seq_len: int, counts: dict[str, int]) -> dict[str, int]:
+        """The most tokens one item of each modality in ``counts`` can take."""
 
 
 class Target(abc.ABC):

@@ -1,13 +1,12 @@
 """Metadata and prompt expansion under concurrency (vLLM PR #38655), on every target.
 
-Metadata questions (video / audio support, the dynamic tiler) are answered from the config with
-the processor factory refusing to run, and stay right when configs are made and freed in a loop
-(a cache keyed by ``id()`` would serve a freed config's answers to its successor); 32 threads
-share one real fast tokenizer across 2,000+ metadata and prompt-expansion calls, and 32 threads
-send real requests through one shared processor (the engine's renderer shares one across its
-thread pool), with no error and results equal to the single-threaded ones (with ``tokenizers``
-0.23 a shared-state race shows as wrong results, not ``Already borrowed``, so every result is
-compared)."""
+Metadata questions are answered without constructing the processor (test_metadata.py checks
+every entry point) and stay right when configs are made and freed in a loop (a cache keyed by
+``id()`` would serve a freed config's answers to its successor); 32 threads share one real fast
+tokenizer across 2,000+ metadata and prompt-expansion calls without constructing a processor,
+with no error and results equal to the single-threaded ones (with ``tokenizers`` 0.23 a
+shared-state race shows as wrong results, not ``Already borrowed``, so every result is compared).
+Real requests through one shared processor under 32 threads: test_requests.py."""
 
 from __future__ import annotations
 
@@ -15,11 +14,11 @@ import functools
 import gc
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import pytest
 
 from harness.checkpoint import ModelSpec
-from harness.requests import FORMS_BY_NAME
 from reference_impl.tokenizer import build_tokenizer
 
 pytestmark = pytest.mark.concern("metadata")
@@ -30,15 +29,6 @@ CALLS_PER_THREAD = 64  # 2,048 calls
 
 def answers(metadata):
     return [metadata.supports_video(), metadata.supports_audio(), metadata.is_dynamic_tiler()]
-
-
-def test_metadata_is_answered_without_a_processor(target):
-    assert answers(target.metadata(ModelSpec(), build_tokenizer())) == [True, True, False]
-
-
-def test_dynamic_and_audio_free_configs(target):
-    spec = ModelSpec(dynamic_resolution=True, audio=False)
-    assert answers(target.metadata(spec, build_tokenizer())) == [True, False, True]
 
 
 def test_configs_made_and_freed_in_a_loop(target):
@@ -54,12 +44,23 @@ def test_configs_made_and_freed_in_a_loop(target):
         gc.collect()
 
 
-def run_in_threads(work: list[Callable[[], object]], calls_per_thread: int) -> int:
-    """Run ``work`` round-robin in :data:`THREADS` threads started together; every result must
-    equal the single-threaded one. Returns the number of calls made."""
+@dataclass
+class ThreadedRun:
+    calls: int
+    errors: list[str]
+    wrong: int  # results that differ from the single-threaded ones
+
+    def check(self) -> None:
+        assert self.errors == [], self.errors[:3]
+        assert self.wrong == 0, f"{self.wrong} results differ from the single-threaded ones"
+
+
+def run_in_threads(work: list[Callable[[], object]], calls_per_thread: int) -> ThreadedRun:
+    """Run ``work`` round-robin in :data:`THREADS` threads started together, comparing every
+    result with the single-threaded one."""
     expected = [call() for call in work]
     errors: list[str] = []
-    wrong: list[int] = []
+    wrong = [0]
     done = [0]
     lock = threading.Lock()
     barrier = threading.Barrier(THREADS)
@@ -77,24 +78,14 @@ def run_in_threads(work: list[Callable[[], object]], calls_per_thread: int) -> i
             with lock:
                 done[0] += 1
                 if result != expected[k]:
-                    wrong.append(k)
+                    wrong[0] += 1
 
     threads = [threading.Thread(target=worker, args=(t,)) for t in range(THREADS)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    assert errors == [], errors[:3]
-    assert wrong == [], f"{len(wrong)} results differ from the single-threaded ones"
-    return done[0]
-
-
-@pytest.mark.concern("requests")
-def test_requests_through_one_processor_under_32_threads(request_runs):
-    model = request_runs.model("mixed")
-    forms = ("images-pil", "audios", "video-t1", "mixed")  # one checkpoint: one processor
-    work = [functools.partial(model.process_request, FORMS_BY_NAME[f].request) for f in forms]
-    assert run_in_threads(work, calls_per_thread=2) == THREADS * 2
+    return ThreadedRun(done[0], errors, wrong[0])
 
 
 def test_shared_tokenizer_under_32_threads(target):
@@ -109,4 +100,9 @@ def test_shared_tokenizer_under_32_threads(target):
         functools.partial(replacement, [4, 4], [0, 2, 4], 250, 2),
         functools.partial(replacement, [4, 4], [0, 1], None, 1),
     ]
-    assert run_in_threads(work, CALLS_PER_THREAD) == THREADS * CALLS_PER_THREAD >= 2000
+    run = run_in_threads(work, CALLS_PER_THREAD)
+    assert metadata.constructions == 0, (
+        f"the metadata calls constructed the processor {metadata.constructions} times"
+    )
+    run.check()
+    assert run.calls == THREADS * CALLS_PER_THREAD >= 2000

@@ -13,10 +13,14 @@ What every form must satisfy, whatever the implementation:
 - every batch the model receives carries one form of its modality, the helper keys that form
   needs, and no None values (so the direct-call checks of those inputs are not reachable from a
   request: see ``reach`` in the deviation files);
-- items of one request embed as they do alone, whatever the batching.
+- items of one request embed as they do alone, whatever the batching;
+- 32 threads sending requests through one shared processor and tokenizer (the engine's renderer
+  shares one across its thread pool) get the single-threaded results.
 """
 
 from __future__ import annotations
+
+import functools
 
 import pytest
 import torch
@@ -31,6 +35,7 @@ from harness.requests import (
     pil_image,
 )
 from reference_impl.tokenizer import shared_tokenizer
+from suites.conformance.test_concurrency import THREADS, run_in_threads
 
 pytestmark = pytest.mark.concern("requests")
 
@@ -183,3 +188,12 @@ def test_a_very_thin_image_is_processed(make_model):
     request = Request("<image>", images=[pil_image(5, 1470, 2)])
     result = model.run_request(request)
     _items_and_rows_agree(request, result, model.spec.hidden_size)
+
+
+def test_requests_through_one_processor_under_32_threads(request_runs):
+    model = request_runs.model("mixed")
+    forms = ("images-pil", "audios", "video-t1", "mixed")  # one checkpoint: one processor
+    work = [functools.partial(model.process_request, FORMS_BY_NAME[f].request) for f in forms]
+    run = run_in_threads(work, calls_per_thread=2)
+    run.check()
+    assert run.calls == THREADS * 2

@@ -19,26 +19,13 @@ from harness.requests import (
 )
 from reference_impl.config import ConfigError
 from reference_impl.model import NanoNemotronVLModel
-from reference_impl.processor import NanoNemotronVLProcessor, ProcessorOutput, Video
+from reference_impl.processor import (
+    MODEL_INPUT_KEYS,
+    NanoNemotronVLProcessor,
+    ProcessorOutput,
+    Video,
+)
 
-#: The processor's keyword outputs of each modality (the model's routing keys and their helpers).
-MODALITY_KEYS = {
-    "image": (
-        "pixel_values_flat",
-        "image_num_patches",
-        "imgs_sizes",
-        "num_tokens_per_image",
-        "image_embeds",
-    ),
-    "video": (
-        "pixel_values_flat_video",
-        "video_num_patches",
-        "frames_indices",
-        "frame_duration_ms",
-        "video_embeds",
-    ),
-    "audio": ("input_audio_features", "feature_attention_mask", "audio_num_clips"),
-}
 #: The reference processor's modality names.
 PROCESSOR_MODALITY = {"images": "image", "videos": "video", "audios": "audio"}
 
@@ -106,7 +93,7 @@ def run(model: NanoNemotronVLModel, request: Request) -> RequestResult:
     embedded: dict[tuple[str, int], torch.Tensor] = {}
     batches: list[Batch] = []
     with torch.no_grad():
-        for modality, keys in MODALITY_KEYS.items():
+        for modality, keys in MODEL_INPUT_KEYS.items():
             kwargs = {k: v for k, v in processed.mm_kwargs.items() if k in keys}
             if not kwargs:
                 continue

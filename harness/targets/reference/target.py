@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterable, Iterator
 from importlib import metadata
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 from torch import nn
@@ -59,6 +59,8 @@ from reference_impl.nemotron_h import Attention, Mamba2Mixer, MoE, NemotronHForC
 from reference_impl.tokenizer import shared_tokenizer
 from reference_impl.weights import TOWER_PREFIXES, load_vl_checkpoint
 
+_T = TypeVar("_T")
+
 #: What each concern of the suites runs on, for this target.
 CHECK_PATHS = {
     "requests": REQUEST_PATH,
@@ -69,23 +71,44 @@ CHECK_PATHS = {
 
 
 class ConfigMetadata(ProcessorMetadata):
-    """The reference's metadata functions of the config, with the processor refusing."""
+    """The reference's metadata functions of the config, counting processor constructions."""
 
     def __init__(self, config: VLConfig) -> None:
         self.config = config
+        self.constructions = 0
 
-    def _answer(self, question: Callable[[VLConfig], bool]) -> bool:
-        with _processor_refusal.active():
-            return question(self.config)
+    def _answer(self, question: Callable[[], _T]) -> _T:
+        with _processor_counting.counting() as counted:
+            answer = question()
+        self.constructions += counted[0]
+        return answer
 
     def supports_video(self) -> bool:
-        return self._answer(processor.supports_video)
+        return self._answer(lambda: processor.supports_video(self.config))
 
     def supports_audio(self) -> bool:
-        return self._answer(processor.supports_audio)
+        return self._answer(lambda: processor.supports_audio(self.config))
 
     def is_dynamic_tiler(self) -> bool:
-        return self._answer(processor.is_dynamic_tiler)
+        return self._answer(lambda: processor.is_dynamic_tiler(self.config))
+
+    def supported_limits(self) -> dict[str, int | None]:
+        return self._answer(lambda: processor.supported_limits(self.config))
+
+    def embedding_width(self) -> int | None:
+        return self.config.hidden_size  # the processor checks every embedding's width
+
+    def routed_keys(self) -> dict[str, str]:
+        keys = {
+            key: modality
+            for modality, names in processor.MODEL_INPUT_KEYS.items()
+            for key in names
+            if modality != "audio" or processor.supports_audio(self.config)
+        }
+        return keys
+
+    def max_tokens_per_item(self, seq_len: int, counts: dict[str, int]) -> dict[str, int]:
+        return self._answer(lambda: processor.max_tokens_per_item(self.config, seq_len, counts))
 
 
 #: The layer kind (pattern letter) of each mixer class of the reference language model.
@@ -118,37 +141,45 @@ class _TrappedEngineConfig:
         raise DeepcopyRefused("the whole engine config was deep-copied")
 
 
-def _refuse_init(*args: object, **kwargs: object) -> None:
-    raise AssertionError("a metadata path built the processor")
-
-
-class _ProcessorRefusal:
-    """While any metadata call runs, building the processor raises. Metadata calls run
-    concurrently, so the patch is reference-counted and the original read under the lock."""
+class _ProcessorCounting:
+    """Counts constructions of the reference processor while any metadata call runs. Metadata
+    calls run concurrently, so the patch is reference-counted and installed under a lock; a
+    construction in any thread during the call counts (an over-count, never a miss)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._users = 0
         self._original: Any = None
+        self._counters: list[list[int]] = []
 
     @contextlib.contextmanager
-    def active(self) -> Iterator[None]:
+    def counting(self) -> Iterator[list[int]]:
         cls = processor.NanoNemotronVLProcessor
+        counter = [0]
         with self._lock:
             if self._users == 0:
-                self._original = cls.__init__
-                cls.__init__ = _refuse_init  # type: ignore[method-assign]
+                self._original = original = cls.__init__
+                counters = self._counters
+
+                def counted_init(obj: Any, *args: Any, **kwargs: Any) -> None:
+                    for c in list(counters):
+                        c[0] += 1
+                    original(obj, *args, **kwargs)
+
+                cls.__init__ = counted_init  # type: ignore[method-assign, assignment]
             self._users += 1
+            self._counters.append(counter)
         try:
-            yield
+            yield counter
         finally:
             with self._lock:
+                del self._counters[next(i for i, c in enumerate(self._counters) if c is counter)]
                 self._users -= 1
                 if self._users == 0:
                     cls.__init__ = self._original  # type: ignore[method-assign]
 
 
-_processor_refusal = _ProcessorRefusal()
+_processor_counting = _ProcessorCounting()
 
 
 class ReferenceTarget(Target):

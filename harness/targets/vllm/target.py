@@ -6,12 +6,13 @@ any vLLM revision or pull request in place of the installed modules (:mod:`.file
 The model is built as for a user (:mod:`.build`): a checkpoint folder (:mod:`harness.checkpoint`),
 vLLM's ``ModelConfig`` and registry, its constructor, its loader and post-load processing, on
 CPU (:mod:`.runtime`). The processing metadata is asked of the processing info of the processor
-vLLM's registry makes for the folder, its processor factory refusing to run.
+vLLM's registry makes for the folder, its processor factory counting constructions.
 """
 
 from __future__ import annotations
 
 import json
+import threading
 import time
 import types
 from collections.abc import Iterable, Sequence
@@ -65,21 +66,27 @@ CHECK_PATHS = {
 }
 
 
-def _refuse_processor(*args: object, **kwargs: object) -> Any:
-    raise AssertionError("a metadata path built the processor")
-
-
-class RefusingMetadata(ProcessorMetadata):
+class CountingMetadata(ProcessorMetadata):
     """vLLM's own ``NanoNemotronVLProcessingInfo``: the one of the multimodal processor vLLM's
     registry makes for the folder's ``ModelConfig`` with ``tokenizer``, its context's processor
-    factory refusing to run."""
+    factory counting the processors it constructs (and constructing them)."""
 
     def __init__(self, model_config: Any, tokenizer: object) -> None:
         from vllm.multimodal import MULTIMODAL_REGISTRY
 
-        self.info = MULTIMODAL_REGISTRY.create_processor(model_config, tokenizer=tokenizer).info
+        self.processor = MULTIMODAL_REGISTRY.create_processor(model_config, tokenizer=tokenizer)
+        self.info = self.processor.info
+        self.constructions = 0
+        self._lock = threading.Lock()
+        construct = self.info.ctx.init_processor
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            with self._lock:
+                self.constructions += 1
+            return construct(*args, **kwargs)
+
         # The context is a frozen dataclass, made for this processor alone.
-        object.__setattr__(self.info.ctx, "init_processor", _refuse_processor)
+        object.__setattr__(self.info.ctx, "init_processor", counted)
 
     def supports_video(self) -> bool:
         return bool(self.info.supports_video)
@@ -89,6 +96,26 @@ class RefusingMetadata(ProcessorMetadata):
 
     def is_dynamic_tiler(self) -> bool:
         return bool(self.info.is_dynamic_tiler)
+
+    def supported_limits(self) -> dict[str, int | None]:
+        return dict(self.info.get_supported_mm_limits())
+
+    def embedding_width(self) -> int | None:
+        width = self.info.get_data_parser().expected_hidden_size
+        return None if width is None else int(width)
+
+    def routed_keys(self) -> dict[str, str]:
+        from transformers import BatchFeature
+
+        # One item of each modality: the sizes flat fields are split by.
+        sizes = {k: torch.tensor([1]) for k in ("image_num_patches", "video_num_patches")}
+        sizes["audio_num_clips"] = torch.tensor([1])
+        fields = self.processor._get_mm_fields_config(BatchFeature(sizes), {})
+        return {key: str(field.modality) for key, field in fields.items()}
+
+    def max_tokens_per_item(self, seq_len: int, counts: dict[str, int]) -> dict[str, int]:
+        answer = self.info.get_mm_max_tokens_per_item(seq_len=seq_len, mm_counts=counts)
+        return {modality: int(tokens) for modality, tokens in answer.items()}
 
 
 class VllmTarget(Target):
@@ -282,13 +309,13 @@ class VllmTarget(Target):
     ) -> ProcessorMetadata:
         self.load()
         if fresh:
-            return RefusingMetadata(
+            return CountingMetadata(
                 build.engine_config(checkpoint_folder(spec)).model_config, tokenizer
             )
         if spec not in self._model_configs:
             config = build.engine_config(checkpoint_folder(spec)).model_config
             self._model_configs[spec] = config
-        return RefusingMetadata(self._model_configs[spec], tokenizer)
+        return CountingMetadata(self._model_configs[spec], tokenizer)
 
     def video_replacement(
         self,
