@@ -120,15 +120,17 @@ class DeepcopyRefused(RuntimeError):
 
 @dataclass(frozen=True)
 class ProcessorCounts:
-    """A target's processor arithmetic as plain functions.
+    """A target's processor arithmetic for the default checkpoint folder, as plain functions
+    (the methods of the target's own processor for the folder, where it has them).
 
-    - ``static_tiles(width, height, tile, max_tiles, use_thumbnail) -> tiles``
+    - ``static_tiles(width, height, max_tiles) -> tiles`` (the folder's tile size, thumbnail on)
     - ``dynamic_grids(sizes, tokens_available, patch, min_patches, max_patches)
       -> [(cols, rows)]``
-    - ``audio_tokens(num_samples) -> placeholders`` (16 kHz, 128 mel bins, subsampling 8)
+    - ``audio_tokens(num_samples) -> placeholders`` (the folder's feature extractor: 16 kHz, hop
+      160, subsampling 8)
     """
 
-    static_tiles: Callable[[int, int, int, int, bool], int]
+    static_tiles: Callable[[int, int, int], int]
     dynamic_grids: Callable[[list[tuple[int, int]], int, int, int, int], list[tuple[int, int]]]
     audio_tokens: Callable[[int], int]
 
@@ -383,13 +385,19 @@ class Target(abc.ABC):
 
     @abc.abstractmethod
     def processor_counts(self) -> ProcessorCounts:
-        """The target's processor arithmetic (tile counts, dynamic grids, audio tokens)."""
+        """The target's processor arithmetic for the default checkpoint folder (tile counts,
+        dynamic grids, audio tokens)."""
 
     # Typing and LoRA ---------------------------------------------------------------------
 
     @abc.abstractmethod
     def typing_cases(self) -> Path:
         """The folder of this target's typing cases (``fixtures/typing/<name>``)."""
+
+    def typing_shadows(self) -> list[tuple[Path, Path]]:
+        """``(installed module file, file under test)`` pairs mypy reads in place of each other
+        when it checks the typing cases (``--shadow-file``); none by default."""
+        return []
 
     @abc.abstractmethod
     def lora_metadata(self) -> LoRAMetadata:

@@ -1,7 +1,9 @@
 """Processor arithmetic on every target: the counts that size the prompt's placeholders.
 
-Static tile counts and audio token counts must equal the reference's (the reference's own tests
-show they equal vLLM's functions over hypothesis draws); the dynamic-resolution tiler must give
+Static tile counts and audio token counts, asked of the target's processor for the default
+checkpoint folder (64 px tiles, thumbnail on; hop 160, subsampling 8), must equal the
+reference's formulas (the reference's own tests show they equal vLLM's functions over hypothesis
+draws); the dynamic-resolution tiler must give
 every image a usable patch grid, thin images included (no division by zero, no 0-patch side).
 """
 
@@ -9,27 +11,31 @@ from __future__ import annotations
 
 import pytest
 
+from harness.checkpoint import ModelSpec
 from reference_impl import processor
-from reference_impl.audio import AudioConfig, audio_token_count
+from reference_impl.audio import audio_token_count
 
 pytestmark = pytest.mark.concern("processor")
 
-SIZES = [(1, 1), (16, 3000), (700, 300), (512, 512), (1024, 520), (3000, 40), (333, 777)]
+#: Image sizes around the 64 px tile: square, one tile, just over two, thin and tall, odd.
+SIZES = [(1, 1), (2, 375), (88, 38), (64, 64), (128, 65), (375, 5), (42, 97)]
+CONFIG = ModelSpec().vl_config()
 
 
 @pytest.mark.parametrize(("width", "height"), SIZES)
 @pytest.mark.parametrize("max_tiles", [1, 6, 12])
 def test_static_tile_counts(target, width, height, max_tiles):
     counts = target.processor_counts()
-    assert counts.static_tiles(width, height, 512, max_tiles, True) == (
-        processor.num_static_tiles(width, height, 512, max_tiles, True)
+    assert counts.static_tiles(width, height, max_tiles) == (
+        processor.num_static_tiles(width, height, CONFIG.force_image_size, max_tiles, True)
     )
 
 
 @pytest.mark.parametrize("samples", [1, 1600, 16000, 480000, 480001, 16000 * 61 + 5])
 def test_audio_token_counts(target, samples):
-    config = AudioConfig(llm_hidden_size=8, num_mel_bins=128)
-    assert target.processor_counts().audio_tokens(samples) == audio_token_count(samples, config)
+    assert CONFIG.sound_config is not None
+    expected = audio_token_count(samples, CONFIG.sound_config)
+    assert target.processor_counts().audio_tokens(samples) == expected
 
 
 @pytest.mark.parametrize(

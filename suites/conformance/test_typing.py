@@ -1,7 +1,9 @@
 """Typed input contracts, statically: typing cases checked by mypy's API (one run per target,
-a shared cache). Files that must type-check (constructing each input kind, narrowing the
-parse result's unions, e.g. the video parser's pixel-or-embedding union) and files that must
-fail with a named mypy error code (wrong field, wrong union member, unchecked access)."""
+a shared cache; for a ``vllm-file:`` target mypy reads the files given in place of the
+installed modules they replace, ``--shadow-file``). Files that must type-check (constructing
+each input kind, narrowing the parse result's unions, e.g. the video parser's
+pixel-or-embedding union) and files that must fail with a named mypy error code (wrong field,
+wrong union member, unchecked access)."""
 
 from __future__ import annotations
 
@@ -23,8 +25,10 @@ def mypy_errors(target) -> dict[str, list[tuple[int, str]]]:
     api = pytest.importorskip("mypy.api", reason="mypy is not installed")
     folder = target.typing_cases()
     files = sorted(str(p) for p in folder.glob("*.py"))
+    shadows = [str(f) for pair in target.typing_shadows() for f in ("--shadow-file", *pair)]
     stdout, stderr, _ = api.run(
         [
+            *shadows,
             "--config-file",
             str(ROOT / "fixtures" / "typing" / "mypy.ini"),
             "--cache-dir",

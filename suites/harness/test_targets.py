@@ -156,3 +156,30 @@ def test_vllm_target_without_vllm_is_unavailable(monkeypatch):
     with pytest.raises(TargetUnavailable, match="vLLM is not installed"):
         vllm_target.VllmTarget().load()
     assert vllm_target.VllmTarget().identity().version == "not installed"
+
+
+@needs_vllm
+@pytest.mark.vllm
+@pytest.mark.slow
+def test_vllm_file_typing_cases_check_the_given_file(tmp_path):
+    """The pre-#56398 video union (pixels only) in a given file: the typing cases that use video
+    embeddings as its member fail, so mypy read the given file, not the installed one."""
+    from harness.targets.mutants import MODEL_FILE, installed_model_file
+
+    source = installed_model_file().read_text()
+    union = "    NanoNemotronVLVideoPixelInputs | NanoNemotronVLVideoEmbeddingInputs\n"
+    assert source.count(union) == 1, "the installed file's video union changed"
+    path = tmp_path / "src" / MODEL_FILE
+    path.parent.mkdir(parents=True)
+    path.write_text(source.replace(union, "    NanoNemotronVLVideoPixelInputs\n"))
+    run = run_suites(
+        tmp_path, f"--target=vllm-file:{path}", suite="suites/conformance/test_typing.py"
+    )
+    assert run.returncode == 1, run.output[-3000:]
+    typing = "suites/conformance/test_typing.py::"
+    passing = f"{typing}test_passing_cases_type_check"
+    assert run.outcomes("fail") == {
+        passing,
+        f"{typing}test_failing_cases_fail_with_the_named_codes",
+    }
+    assert "pass_contracts.py" in run.outcome(passing)["reason"]

@@ -321,11 +321,15 @@ class ReferenceTarget(Target):
         )
 
     def processor_counts(self) -> ProcessorCounts:
-        from reference_impl.audio import AudioConfig, audio_token_count
+        from reference_impl.audio import audio_token_count
 
-        audio = AudioConfig(llm_hidden_size=8, num_mel_bins=128)
+        config = ModelSpec().vl_config()
+        audio = config.sound_config
+        assert audio is not None, "the default checkpoint has audio"
         return ProcessorCounts(
-            static_tiles=processor.num_static_tiles,
+            static_tiles=lambda width, height, max_tiles: processor.num_static_tiles(
+                width, height, config.force_image_size, max_tiles, config.use_thumbnail
+            ),
             dynamic_grids=lambda sizes, budget, patch, lo, hi: processor.dynamic_grids(
                 sizes, budget, patch, lo, hi
             ),

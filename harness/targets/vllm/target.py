@@ -40,6 +40,7 @@ from harness.targets.base import (
     Target,
     TargetIdentity,
     TargetLoadError,
+    TargetUnavailable,
     lora_attributes,
     sha256_of,
 )
@@ -129,6 +130,7 @@ class VllmTarget(Target):
         self._fresh: dict[tuple[ModelSpec, bool], tuple[Any, Any]] = {}  # (model, VllmConfig)
         self._engine_configs: dict[str, Any] = {}  # VllmConfigs by their text_config override
         self._model_configs: dict[ModelSpec, Any] = {}
+        self._counts: ProcessorCounts | None = None
         self.timings: dict[str, dict[str, float]] = {}
 
     @property
@@ -312,10 +314,14 @@ class VllmTarget(Target):
             return CountingMetadata(
                 build.engine_config(checkpoint_folder(spec)).model_config, tokenizer
             )
+        return CountingMetadata(self._model_config(spec), tokenizer)
+
+    def _model_config(self, spec: ModelSpec) -> Any:
+        """The ``ModelConfig`` of ``spec``'s folder, made once."""
         if spec not in self._model_configs:
             config = build.engine_config(checkpoint_folder(spec)).model_config
             self._model_configs[spec] = config
-        return CountingMetadata(self._model_configs[spec], tokenizer)
+        return self._model_configs[spec]
 
     def video_replacement(
         self,
@@ -338,22 +344,23 @@ class VllmTarget(Target):
         return tuple(ids)
 
     def processor_counts(self) -> ProcessorCounts:
+        """The methods of the processor vLLM's registry makes for the default folder: its HF
+        processor's ``get_num_image_tokens`` and feature extractor, and the dynamic tiler class
+        of the processor module under test."""
         self.load()
         from PIL import Image
-        from transformers import PretrainedConfig
-        from vllm.model_executor.models.parakeet import ParakeetExtractor
-        from vllm.transformers_utils.processors import internvl
         from vllm.transformers_utils.processors import nano_nemotron_vl as processors
 
-        def static_tiles(width: int, height: int, tile: int, max_tiles: int, thumb: bool) -> int:
-            blocks, _, _ = internvl.calculate_internvl_targets(
-                orig_width=width,
-                orig_height=height,
-                target_ratios=internvl.get_internvl_target_ratios(1, max_tiles),
-                image_size=tile,
-                use_thumbnail=thumb,
+        if self._counts is not None:
+            return self._counts
+        info = CountingMetadata(self._model_config(ModelSpec()), None).info
+        hf_processor = info.get_hf_processor()
+
+        def static_tiles(width: int, height: int, max_tiles: int) -> int:
+            tokens = hf_processor.get_num_image_tokens(
+                image_width=width, image_height=height, max_num_tiles=max_tiles
             )
-            return int(blocks)
+            return int(tokens) // int(hf_processor.num_image_token)
 
         def dynamic_grids(
             sizes: list[tuple[int, int]], budget: int, patch: int, lo: int, hi: int
@@ -370,20 +377,13 @@ class VllmTarget(Target):
             params = tiler.compute_params([Image.new("L", size) for size in sizes], budget)
             return [tuple(p.patch_size) for p in params]
 
-        extractor = ParakeetExtractor(
-            PretrainedConfig(
-                num_mel_bins=128,
-                sampling_rate=16000,
-                subsampling_factor=8,
-                subsampling_conv_kernel_size=3,
-                subsampling_conv_stride=2,
-            )
+        def audio_tokens(samples: int) -> int:
+            return int(hf_processor.audio_extractor.audio_token_count(samples))
+
+        self._counts = ProcessorCounts(
+            static_tiles=static_tiles, dynamic_grids=dynamic_grids, audio_tokens=audio_tokens
         )
-        return ProcessorCounts(
-            static_tiles=static_tiles,
-            dynamic_grids=dynamic_grids,
-            audio_tokens=extractor.audio_token_count,
-        )
+        return self._counts
 
     def typing_cases(self) -> Path:
         return ROOT / "fixtures" / "typing" / "vllm"
@@ -446,6 +446,18 @@ class VllmFileTarget(VllmTarget):
         if self._module is None:
             self._module = load_model_files(self.paths)
         return self._module
+
+    def typing_shadows(self) -> list[tuple[Path, Path]]:
+        import importlib.util
+
+        found = importlib.util.find_spec("vllm")
+        if found is None or found.origin is None:
+            raise TargetUnavailable("vLLM is not installed")
+        site = Path(found.origin).parent.parent  # the folder holding the vllm package
+        return [
+            (site / (module_name_for(path).replace(".", "/") + ".py"), path.resolve())
+            for path in self.paths
+        ]
 
     def identity(self) -> TargetIdentity:
         files = {str(p): sha256_of(p) for p in self.paths}
