@@ -58,6 +58,7 @@ class ModelSpec:
     video_temporal_patch_size: int = 1
     mtp: bool = False
     audio_hop_length: int = 160  # the feature extractor's hop (Parakeet's default: 160)
+    max_model_len: int = 4096  # the engine's context (the dynamic tiler's budget)
 
     # Sizes shared by every variant.
     hidden_size: int = 64
@@ -96,6 +97,8 @@ class ModelSpec:
             parts.append("mtp")
         if self.audio_hop_length != 160:
             parts.append(f"hop{self.audio_hop_length}")
+        if self.max_model_len != 4096:
+            parts.append(f"len{self.max_model_len}")
         return "-".join(parts)
 
     def vl_config(self) -> VLConfig:
@@ -159,7 +162,7 @@ def _vl_config(spec: ModelSpec) -> VLConfig:
         "vision_config": vision,
         "projector_hidden_size": spec.projector_hidden_size,
         "force_image_size": spec.image_size,
-        "max_model_len": 4096,
+        "max_model_len": spec.max_model_len,
         "dynamic_resolution": spec.dynamic_resolution,
         "min_num_patches": 1,
         "max_num_patches": 64 if spec.dynamic_resolution else 0,

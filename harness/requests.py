@@ -219,6 +219,7 @@ STATIC = ModelSpec()
 DYNAMIC = ModelSpec(dynamic_resolution=True)
 TEMPORAL_2 = ModelSpec(video_temporal_patch_size=2)
 HOP_128 = ModelSpec(audio_hop_length=128)
+DYNAMIC_SHORT = ModelSpec(dynamic_resolution=True, max_model_len=256)
 
 
 def _images_pil(spec: ModelSpec) -> Request:
@@ -236,6 +237,12 @@ def _images_dynamic(spec: ModelSpec) -> Request:
     return Request(
         "Look: <image> and <image>.", images=[pil_image(100, 150, 3), pil_image(40, 64, 4)]
     )
+
+
+def _image_long_prompt(spec: ModelSpec) -> Request:
+    # 244 text tokens in a 256-token context: the image's budget is 256 - 244 - 4 = 8 tokens.
+    text = "Describe this picture in detail please. " * 6 + "Answer: "
+    return Request(text[:244] + "<image>", images=[pil_image(100, 150, 3)])
 
 
 def _video(spec: ModelSpec) -> Request:
@@ -295,6 +302,7 @@ REQUEST_FORMS: tuple[RequestForm, ...] = (
     RequestForm("images-pil", STATIC, _images_pil),
     RequestForm("images-array", STATIC, _images_array),
     RequestForm("images-dynamic", DYNAMIC, _images_dynamic),
+    RequestForm("image-dynamic-long-prompt", DYNAMIC_SHORT, _image_long_prompt),
     RequestForm("video-t1", STATIC, _video),
     RequestForm("videos-t2", TEMPORAL_2, _videos_two),
     RequestForm("audios", STATIC, _audio),

@@ -197,3 +197,16 @@ def test_requests_through_one_processor_under_32_threads(request_runs):
     run = run_in_threads(work, calls_per_thread=2)
     run.check()
     assert run.calls == THREADS * 2
+
+
+def test_a_long_prompt_leaves_the_image_its_budget(request_runs):
+    """Dynamic resolution budgets an image by what the prompt's text leaves of the context
+    (``max_model_len - text - 4`` tokens): a 244-token text in a 256-token context leaves the
+    image 8 tokens, and the processed prompt fits the context."""
+    form = FORMS_BY_NAME["image-dynamic-long-prompt"]
+    result = request_runs.run(form.name)
+    length = len(result.prompt_token_ids)
+    assert length <= form.spec.max_model_len, (
+        f"the processed prompt has {length} tokens, the context {form.spec.max_model_len}: the "
+        f"image took {len(result.items[0].positions)} tokens"
+    )

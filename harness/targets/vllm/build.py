@@ -1,6 +1,7 @@
 """vLLM builds and loads a checkpoint folder as it does for a user, on CPU.
 
-- :func:`engine_config`: ``ModelConfig`` and ``VllmConfig`` from the folder (offline,
+- :func:`engine_config`: ``ModelConfig`` and ``VllmConfig`` from the folder (offline, the
+  context its config states,
   ``trust_remote_code`` for the folder's configuration module, ``enable_mm_embeds`` so embedding
   inputs are accepted; every modality limit 0 for text-only; ``hf_overrides`` as given).
 - :func:`load_stream`: vLLM's loader fed a stream of checkpoint tensors.
@@ -58,12 +59,15 @@ def engine_config(
     init_cpu_runtime()
     from vllm.config import DeviceConfig, LoadConfig, ModelConfig, VllmConfig
 
+    # --max-model-len: the context the checkpoint's config states (its processor budgets for it).
+    stated = json.loads((folder / "config.json").read_text()).get("max_sequence_length")
+
     model_config = ModelConfig(
         model=str(folder),
         tokenizer=str(folder),
         trust_remote_code=True,
         enable_mm_embeds=True,
-        max_model_len=MAX_MODEL_LEN,
+        max_model_len=int(stated or MAX_MODEL_LEN),
         limit_mm_per_prompt=dict.fromkeys(MODALITIES, 0) if text_only else None,
         hf_overrides=json.loads(json.dumps(dict(hf_overrides or {}))),  # a private copy
     )
