@@ -59,6 +59,7 @@ class ModelSpec:
     mtp: bool = False
     audio_hop_length: int = 160  # the feature extractor's hop (Parakeet's default: 160)
     max_model_len: int = 4096  # the engine's context (the dynamic tiler's budget)
+    audio_convolution_bias: bool = True  # False: the Omni form (biases still in the file)
 
     # Sizes shared by every variant.
     hidden_size: int = 64
@@ -99,6 +100,8 @@ class ModelSpec:
             parts.append(f"hop{self.audio_hop_length}")
         if self.max_model_len != 4096:
             parts.append(f"len{self.max_model_len}")
+        if not self.audio_convolution_bias:
+            parts.append("no-conv-bias")
         return "-".join(parts)
 
     def vl_config(self) -> VLConfig:
@@ -156,6 +159,7 @@ def _vl_config(spec: ModelSpec) -> VLConfig:
         "num_mel_bins": spec.num_mel_bins,
         "conv_kernel_size": 5,
         "hop_length": spec.audio_hop_length,
+        "convolution_bias": spec.audio_convolution_bias,
     }
     overrides: dict[str, object] = {
         "text_config": text,
@@ -196,12 +200,37 @@ def _random_like(name: str, tensor: torch.Tensor, seed: int) -> torch.Tensor:
     return noise * (0.1 if tensor.dim() <= 1 else 0.02)
 
 
-def random_checkpoint(config: VLConfig, seed: int = 0) -> dict[str, torch.Tensor]:
-    """The reference model of ``config`` with every tensor random, in checkpoint naming."""
+#: Parakeet convolution biases a checkpoint carries even when its ``sound_config`` says
+#: ``convolution_bias = False`` (released Omni checkpoints do; loaders skip them, vLLM #40007).
+CONV_BIAS_SUFFIXES = (
+    ".conv.pointwise_conv1.bias",
+    ".conv.depthwise_conv.bias",
+    ".conv.pointwise_conv2.bias",
+)
+
+
+def _model_tensors(config: VLConfig, seed: int) -> dict[str, torch.Tensor]:
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = NanoNemotronVLForConditionalGeneration(config, build_tokenizer())
-    weights = checkpoint_state_dict(model)
+    return checkpoint_state_dict(model)
+
+
+def random_checkpoint(config: VLConfig, seed: int = 0) -> dict[str, torch.Tensor]:
+    """The reference model of ``config`` with every tensor random, in checkpoint naming; with
+    ``convolution_bias = False`` the Parakeet convolution biases are written all the same, as
+    released checkpoints carry them (:data:`CONV_BIAS_SUFFIXES`)."""
+    weights = _model_tensors(config, seed)
+    sound = config.sound_config
+    if sound is not None and not sound.convolution_bias:
+        with_bias = dataclasses.replace(
+            config, sound_config=dataclasses.replace(sound, convolution_bias=True)
+        )
+        weights |= {
+            name: t
+            for name, t in _model_tensors(with_bias, seed).items()
+            if name.endswith(CONV_BIAS_SUFFIXES)
+        }
     return {name: _random_like(name, t, seed) for name, t in weights.items()}
 
 

@@ -220,6 +220,8 @@ DYNAMIC = ModelSpec(dynamic_resolution=True)
 TEMPORAL_2 = ModelSpec(video_temporal_patch_size=2)
 HOP_128 = ModelSpec(audio_hop_length=128)
 DYNAMIC_SHORT = ModelSpec(dynamic_resolution=True, max_model_len=256)
+MTP = ModelSpec(mtp=True)  # vision_final_layernorm before the pixel shuffle
+NO_CONV_BIAS = ModelSpec(audio_convolution_bias=False)  # Omni's Parakeet, biases in the file
 
 
 def _images_pil(spec: ModelSpec) -> Request:
@@ -302,11 +304,13 @@ REQUEST_FORMS: tuple[RequestForm, ...] = (
     RequestForm("images-pil", STATIC, _images_pil),
     RequestForm("images-array", STATIC, _images_array),
     RequestForm("images-dynamic", DYNAMIC, _images_dynamic),
+    RequestForm("images-mtp", MTP, _images_pil),
     RequestForm("image-dynamic-long-prompt", DYNAMIC_SHORT, _image_long_prompt),
     RequestForm("video-t1", STATIC, _video),
     RequestForm("videos-t2", TEMPORAL_2, _videos_two),
     RequestForm("audios", STATIC, _audio),
     RequestForm("audios-hop-128", HOP_128, _audio),  # token counts follow a non-default hop
+    RequestForm("audios-no-conv-bias", NO_CONV_BIAS, _audio),
     RequestForm("image-embeds-stacked-one", STATIC, _image_embeds_stacked_one),
     RequestForm("image-embeds-stacked", STATIC, _image_embeds_stacked),
     RequestForm("image-embeds-list", STATIC, _image_embeds_list),

@@ -175,7 +175,9 @@ def load_vl_checkpoint(
     - ``language_model.*`` (``language_model.backbone.*`` too) -> the language model;
     - ``vision_model.radio_model.*`` -> RADIO; ``mlp1.{0,1,3}.*`` -> the connector;
       ``vision_projector.vision_final_layernorm.*`` when the config has it;
-    - ``sound_encoder.encoder.*`` and ``sound_projection.{norm,linear1,linear2}.*`` -> Parakeet.
+    - ``sound_encoder.encoder.*`` and ``sound_projection.{norm,linear1,linear2}.*`` -> Parakeet;
+      with ``convolution_bias = False`` the convolutions' biases, which released checkpoints of
+      that config still carry, are skipped (as vLLM does, #40007).
 
     ``weights`` may be streamed (``(name, tensor)`` pairs from a loader that reuses its buffers):
     each tensor is copied as it arrives, none is kept by reference. With ``text_only`` (every
@@ -206,6 +208,8 @@ def load_vl_checkpoint(
             groups["connector"][name.removeprefix("vision_projector.")] = tensor
         elif name.startswith("sound_encoder.encoder.feature_extractor."):
             continue  # extractor buffers: the features are computed outside the model
+        elif name.startswith("sound_encoder.") and _bias_free_convolution(model, name):
+            continue  # a bias the config's convolutions do not have (released files carry it)
         elif name.startswith("sound_encoder."):
             groups["sound"][name.removeprefix("sound_encoder.")] = tensor
         elif name.startswith("sound_projection."):
@@ -236,6 +240,20 @@ def load_vl_checkpoint(
         _load_exact(mm.sound_encoder, groups["sound"], "sound")
     elif groups["sound"]:
         raise WeightLoadError([], sorted(f"sound_encoder.{k}" for k in groups["sound"]), [])
+
+
+#: Parakeet's convolution biases, absent from the encoder when ``convolution_bias = False``.
+_CONV_BIASES = (
+    ".conv.pointwise_conv1.bias",
+    ".conv.depthwise_conv.bias",
+    ".conv.pointwise_conv2.bias",
+)
+
+
+def _bias_free_convolution(model: NanoNemotronVLForConditionalGeneration, name: str) -> bool:
+    """``name`` is a Parakeet convolution bias and the config's convolutions have none."""
+    sound = model.config.sound_config
+    return sound is not None and not sound.convolution_bias and name.endswith(_CONV_BIASES)
 
 
 def _missing_checkpoint_names(

@@ -76,3 +76,21 @@ def test_a_bad_spec_is_named():
         ModelSpec(video_temporal_patch_size=3)
     with pytest.raises(ValueError, match="language_model: expected 'v2' or 'omni'"):
         ModelSpec(language_model="v3")  # type: ignore[arg-type]
+
+
+def test_a_bias_free_parakeet_checkpoint_still_carries_its_conv_biases(tmp_path):
+    """The Omni form: ``convolution_bias = False`` in the config, the convolution biases in the
+    file (one per convolution of each layer); the reference loads it, skipping them."""
+    from reference_impl.checkpoint import load_folder
+    from reference_impl.tokenizer import shared_tokenizer
+
+    spec = ModelSpec(audio_convolution_bias=False)
+    folder = write_checkpoint(spec, tmp_path / "ckpt")
+    data = json.loads((folder / "config.json").read_text())
+    assert data["sound_config"]["convolution_bias"] is False
+    layers = data["sound_config"]["num_hidden_layers"]
+    biases = {n for n in read_weights(folder) if ".conv." in n and n.endswith("conv1.bias")}
+    assert len(biases) == layers, biases
+    model = load_folder(folder, shared_tokenizer())
+    convs = [n for n, _ in model.named_parameters() if "sound" in n and "_conv" in n]
+    assert convs and not [n for n in convs if n.endswith(".bias")], convs
