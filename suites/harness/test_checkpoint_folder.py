@@ -11,7 +11,7 @@ import json
 import pytest
 import torch
 
-from harness.checkpoint import CONFIG_MODULE, ModelSpec, write_checkpoint
+from harness.checkpoint import CONFIG_MODULE, CONV_BIAS_SUFFIXES, ModelSpec, write_checkpoint
 from reference_impl.checkpoint import read_weights
 from reference_impl.tokenizer import AUDIO_CONTEXT, IMG_CONTEXT, VIDEO_PLACEHOLDER, VOCAB_SIZE
 
@@ -92,5 +92,6 @@ def test_a_bias_free_parakeet_checkpoint_still_carries_its_conv_biases(tmp_path)
     biases = {n for n in read_weights(folder) if ".conv." in n and n.endswith("conv1.bias")}
     assert len(biases) == layers, biases
     model = load_folder(folder, shared_tokenizer())
-    convs = [n for n, _ in model.named_parameters() if "sound" in n and "_conv" in n]
-    assert convs and not [n for n in convs if n.endswith(".bias")], convs
+    convs = [n for n, _ in model.named_parameters() if ".conv.pointwise_conv1." in n]
+    assert len(convs) == layers, convs
+    assert not [n for n, _ in model.named_parameters() if n.endswith(CONV_BIAS_SUFFIXES)]
