@@ -38,6 +38,7 @@ from reference_impl.dummy import minimal_vl_config
 from reference_impl.model import NanoNemotronVLForConditionalGeneration
 from reference_impl.radio import RADIO_SIZES
 from reference_impl.tokenizer import VOCAB_SIZE, build_tokenizer, build_tokenizer_object
+from reference_impl.weights import CONV_BIAS_SUFFIXES
 
 CONFIG_MODULE = ROOT / "fixtures" / "checkpoint" / "configuration_nano_nemotron_vl.py"
 RADIO_MODEL = "vit_small_patch16_224"
@@ -200,15 +201,6 @@ def _random_like(name: str, tensor: torch.Tensor, seed: int) -> torch.Tensor:
     return noise * (0.1 if tensor.dim() <= 1 else 0.02)
 
 
-#: Parakeet convolution biases a checkpoint carries even when its ``sound_config`` says
-#: ``convolution_bias = False`` (released Omni checkpoints do; loaders skip them, vLLM #40007).
-CONV_BIAS_SUFFIXES = (
-    ".conv.pointwise_conv1.bias",
-    ".conv.depthwise_conv.bias",
-    ".conv.pointwise_conv2.bias",
-)
-
-
 def _model_tensors(config: VLConfig, seed: int) -> dict[str, torch.Tensor]:
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
@@ -219,7 +211,7 @@ def _model_tensors(config: VLConfig, seed: int) -> dict[str, torch.Tensor]:
 def random_checkpoint(config: VLConfig, seed: int = 0) -> dict[str, torch.Tensor]:
     """The reference model of ``config`` with every tensor random, in checkpoint naming; with
     ``convolution_bias = False`` the Parakeet convolution biases are written all the same, as
-    released checkpoints carry them (:data:`CONV_BIAS_SUFFIXES`)."""
+    released checkpoints carry them."""
     weights = _model_tensors(config, seed)
     sound = config.sound_config
     if sound is not None and not sound.convolution_bias:

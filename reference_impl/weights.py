@@ -242,8 +242,9 @@ def load_vl_checkpoint(
         raise WeightLoadError([], sorted(f"sound_encoder.{k}" for k in groups["sound"]), [])
 
 
-#: Parakeet's convolution biases, absent from the encoder when ``convolution_bias = False``.
-_CONV_BIASES = (
+#: Parakeet's convolution biases: absent from the encoder when ``convolution_bias = False``, yet
+#: carried by released checkpoints of that config (vLLM #40007 skips them when loading).
+CONV_BIAS_SUFFIXES = (
     ".conv.pointwise_conv1.bias",
     ".conv.depthwise_conv.bias",
     ".conv.pointwise_conv2.bias",
@@ -253,7 +254,7 @@ _CONV_BIASES = (
 def _bias_free_convolution(model: NanoNemotronVLForConditionalGeneration, name: str) -> bool:
     """``name`` is a Parakeet convolution bias and the config's convolutions have none."""
     sound = model.config.sound_config
-    return sound is not None and not sound.convolution_bias and name.endswith(_CONV_BIASES)
+    return sound is not None and not sound.convolution_bias and name.endswith(CONV_BIAS_SUFFIXES)
 
 
 def _missing_checkpoint_names(
