@@ -11,8 +11,9 @@ One TOML file per target under ``fixtures/deviations/`` (``reference.toml``, ``v
     reach = "direct call"                 # how a user reaches it: see REACHES
 
 The cause is pinned: the check is an expected failure only while it fails with that exception
-type and a message matching ``match`` (searched in the message followed by one line
-``<- Type: message`` per exception in its ``__cause__`` chain, so a wrapped cause can be pinned;
+type and a message matching ``match`` (searched, ``^`` and ``$`` anchoring at every line, in
+the message followed by one line ``<- Type: message`` per exception in its ``__cause__``
+chain, so a wrapped cause can be pinned;
 for an exception group, every exception in it must match);
 failing for another reason is a failure showing both causes. A fix upstream shows up as an
 unexpected pass, which fails the run until the entry is removed.
@@ -55,7 +56,10 @@ class Deviation:
         """None when ``exc`` is this deviation's cause; else what differs."""
         leaves = list(_leaves(exc))
         for leaf in leaves:
-            if type(leaf).__name__ != self.raises or re.search(self.match, chain(leaf)) is None:
+            if (
+                type(leaf).__name__ != self.raises
+                or re.search(self.match, chain(leaf), re.MULTILINE) is None
+            ):
                 return f"expected {self.raises} matching {self.match!r}, got " + "; ".join(
                     describe(e) for e in leaves
                 )

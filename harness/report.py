@@ -68,6 +68,24 @@ def _runs_on_counts(run: TargetRun) -> dict[str, int]:
     return counts
 
 
+def _deviations_by_reach(run: TargetRun) -> dict[str, list[str]]:
+    """The run's expected failures by how a user reaches them (the deviation's ``reach``)."""
+    groups: dict[str, list[str]] = {}
+    for check in (run.results or {}).get("checks", []):
+        if check["outcome"] == "xfail":
+            groups.setdefault(check.get("reach") or "unstated", []).append(check["id"])
+    return {reach: sorted(ids) for reach, ids in sorted(groups.items())}
+
+
+def _measured(run: TargetRun) -> dict[str, Any]:
+    """What the run's checks measured (parity errors), by check id."""
+    return {
+        check["id"]: check["measured"]
+        for check in (run.results or {}).get("checks", [])
+        if check.get("measured")
+    }
+
+
 def run_status(run: TargetRun) -> str:
     """``ok``, ``failed`` (a check failed) or ``could not run``."""
     if run.results is None or run.problem:
@@ -99,6 +117,8 @@ def build_report(runs: Sequence[TargetRun], command: str = "") -> dict[str, Any]
                 "stale_deviations": (run.results or {}).get("stale_deviations", []),
                 "build_timings": (run.results or {}).get("build_timings", {}),
                 "runs_on": _runs_on_counts(run),
+                "deviations_by_reach": _deviations_by_reach(run),
+                "measured": _measured(run),
             }
             for run in runs
         ],
@@ -170,6 +190,7 @@ def render_markdown(report: dict[str, Any]) -> str:
             for what, steps in t["build_timings"].items():
                 parts = ", ".join(f"{k.removesuffix('_s')} {v}" for k, v in steps.items())
                 lines.append(f"- `{t['selector']}` {what}: {parts}")
+    lines += _reach_section(targets) + _measured_section(targets)
     lines += ["", "Files under test:", ""]
     for t in targets:
         for path, digest in ((t["identity"] or {}).get("files") or {}).items():
@@ -193,6 +214,53 @@ def render_markdown(report: dict[str, Any]) -> str:
         "",
     ]
     return "\n".join(lines)
+
+
+def _reach_section(targets: list[dict[str, Any]]) -> list[str]:
+    """Known deviations by how a user reaches them: a request, the engine's set-up, or only a
+    direct call of the model's methods (a contract no request reaches)."""
+    from harness.deviations import REACHES
+
+    lines: list[str] = []
+    for t in targets:
+        groups = t.get("deviations_by_reach") or {}
+        if not groups:
+            continue
+        lines += ["", f"Known deviations of `{t['selector']}` by how a user reaches them:", ""]
+        for reach, ids in groups.items():
+            what = REACHES.get(reach, "not stated in the deviation file")
+            lines.append(f"- **{reach}** ({len(ids)}): {what}")
+    return lines
+
+
+def _measured_section(targets: list[dict[str, Any]]) -> list[str]:
+    """Parity with the reference per request form and item: the relative error and its bound
+    (exact where the rows are given or looked up)."""
+    lines: list[str] = []
+    for t in targets:
+        measured = t.get("measured") or {}
+        if not measured:
+            continue
+        lines += [
+            "",
+            f"Parity of `{t['selector']}` with the reference (relative error per item, bound):",
+            "",
+        ]
+        for check_id, items in sorted(measured.items()):
+            form = check_id.rpartition("[")[2].rstrip("]")
+            parts = []
+            for item, numbers in items.items():
+                if numbers.get("exact"):
+                    parts.append(f"{item} exact")
+                else:
+                    exact = numbers.get("separator_rows_exact", 0)
+                    parts.append(
+                        f"{item} {numbers['relative_error']:.2e} ≤ {numbers['bound']:.3g} "
+                        f"({numbers['dtype']}"
+                        + (f"; {exact} separator rows exact)" if exact else ")")
+                    )
+            lines.append(f"- {form}: " + ", ".join(parts))
+    return lines
 
 
 def write_report(report: dict[str, Any], out_dir: Path) -> tuple[Path, Path]:

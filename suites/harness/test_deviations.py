@@ -7,7 +7,14 @@ import sys
 
 import pytest
 
-from harness.deviations import DEVIATIONS_DIR, DeviationFileError, load_deviations
+from harness.deviations import (
+    DEVIATIONS_DIR,
+    REACHES,
+    Deviation,
+    DeviationFileError,
+    describe,
+    load_deviations,
+)
 from suites.harness.helpers import ROOT, run_suites
 
 CHECK = "suites/conformance/test_passthrough.py::test_the_upstream_reproducer"
@@ -106,11 +113,48 @@ def test_a_deviation_fails_as_known_only_for_its_pinned_cause(tmp_path, raises, 
     if outcome == "xfail":
         assert run.returncode == 0, run.output[-2000:]
         assert result["actual_cause"].startswith("AssertionError: expected a clear error")
+        assert result["reach"] == "request"
     else:
         assert run.returncode == 1
         assert "known deviation failed for another reason" in result["reason"]
         assert f"expected {raises} matching {match!r}" in result["reason"]
         assert "got AssertionError: expected a clear error" in result["reason"]
+
+
+def _wrapped() -> ValueError:
+    """A ValueError raised from a TypeError, as vLLM's processing context re-raises."""
+    try:
+        try:
+            raise TypeError("cannot unpack non-iterable int object")
+        except TypeError as inner:
+            raise ValueError("Failed to apply the processor") from inner
+    except ValueError as outer:
+        return outer
+
+
+@pytest.mark.parametrize(
+    ("raises", "match", "pinned"),
+    [
+        ("ValueError", r"^Failed to apply the processor$", True),
+        ("ValueError", r"<- TypeError: cannot unpack non-iterable int object$", True),
+        ("ValueError", r"<- KeyError", False),
+        ("TypeError", r"cannot unpack", False),  # the type pinned is the raised one's
+    ],
+)
+def test_a_wrapped_cause_can_be_pinned(raises, match, pinned):
+    deviation = Deviation("a::b", "why", raises, match, "request")
+    exc = _wrapped()
+    assert (deviation.cause_of(exc) is None) is pinned
+    assert describe(exc) == (
+        "ValueError: Failed to apply the processor (caused by TypeError: cannot unpack "
+        "non-iterable int object)"
+    )
+
+
+def test_every_committed_entry_states_how_a_user_reaches_it():
+    for name in ("reference", "vllm"):
+        for deviation in load_deviations(DEVIATIONS_DIR / f"{name}.toml").values():
+            assert deviation.reach in REACHES, deviation.check
 
 
 def test_stale_entries_are_reported(tmp_path):
