@@ -246,3 +246,39 @@ def test_bad_audio_names_the_input(audio):
     proc = NanoNemotronVLProcessor(OMNI, shared_tokenizer())
     with pytest.raises(ConfigError, match=r"audios\[0\]"):
         proc("<so_embedding>", audios=[audio])
+
+
+class TestPrecomputedEmbeddings:
+    """Embeddings in place of media: an image's ``f`` rows fill ``<img>`` + ``f`` context tokens
+    + ``</img>``, a video's fill ``f`` context tokens; the embeddings are the model's input."""
+
+    def setup_method(self):
+        self.tokenizer = shared_tokenizer()
+        self.proc = NanoNemotronVLProcessor(STATIC, self.tokenizer)
+
+    def ids(self, text):
+        return self.tokenizer.encode(text, add_special_tokens=False)
+
+    def test_image_embeddings_fill_the_image_placeholders(self):
+        rows = torch.randn(3, STATIC.hidden_size)
+        out = self.proc("a<image>b", image_embeds=[rows])
+        expected = self.ids("a") + self.ids("<img>" + "<image>" * 3 + "</img>") + self.ids("b")
+        assert out.input_ids == expected
+        start = len(self.ids("a<img>"))
+        assert [(p.modality, p.start, p.length) for p in out.placeholders] == [("images", start, 3)]
+        assert out.mm_kwargs["image_embeds"][0] is rows
+
+    def test_video_embeddings_fill_context_tokens(self):
+        rows = torch.randn(4, STATIC.hidden_size)
+        out = self.proc("<video>!", video_embeds=[rows])
+        assert out.input_ids == self.ids("<image>" * 4 + "!")
+        assert out.is_multimodal == [True] * 4 + [False] * len(self.ids("!"))
+
+    def test_both_forms_of_one_modality_are_refused(self):
+        with pytest.raises(ConfigError, match="image_embeds"):
+            self.proc("<image><image>", images=[image(8, 8)], image_embeds=[torch.randn(2, 64)])
+
+    @pytest.mark.parametrize("shape", [(3, 7), (3,), (1, 3, 64)])
+    def test_embeddings_of_the_wrong_shape_are_refused(self, shape):
+        with pytest.raises(ConfigError, match=r"image_embeds\[0\]"):
+            self.proc("<image>", image_embeds=[torch.randn(shape)])

@@ -1,0 +1,83 @@
+"""The request catalogue and its runner: vLLM's ``multi_modal_data`` forms, and each form run
+once per process with its outcome (result or exception) kept."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from harness.pytest_target import RequestRuns
+from harness.requests import (
+    AUDIO_SAMPLE_RATE,
+    FORMS_BY_NAME,
+    PLACEHOLDER,
+    REQUEST_FORMS,
+    Request,
+    video_clip,
+)
+from harness.targets.reference import ReferenceTarget
+
+
+def test_media_in_vllms_multi_modal_data_form():
+    """Images as given; a video as ``(frames, metadata)`` with the metadata vLLM's video loader
+    gives (``video_needs_metadata``); audio as ``(samples, sampling rate)``."""
+    clip = video_clip(3, 8, 8, seed=0, stride=2)
+    audio = np.zeros(1600, dtype=np.float32)
+    request = Request("<image><video><so_embedding>", images=["pil"], videos=[clip], audios=[audio])
+    data = request.multi_modal_data()
+    assert data["image"] == ["pil"]
+    [(frames, metadata)] = data["video"]
+    assert frames is clip.frames
+    assert metadata == {
+        "fps": 2.0,
+        "frames_indices": [0, 2, 4],
+        "total_num_frames": 5,
+        "duration": 2.5,
+        "video_backend": "opencv",
+    }
+    assert data["audio"] == [(audio, AUDIO_SAMPLE_RATE)]
+
+
+@pytest.mark.parametrize("stacked", [True, False])
+def test_embeddings_pass_as_given(stacked):
+    rows = [torch.randn(3, 8), torch.randn(3, 8)]
+    given = torch.stack(rows) if stacked else rows
+    request = Request("<image><image>", images=given)
+    assert request.multi_modal_data()["image"] is given
+    assert all(torch.equal(a, b) for a, b in zip(request.embeddings("image"), rows, strict=True))
+    assert request.embeddings("video") is None
+
+
+def test_every_form_has_one_item_per_placeholder():
+    for form in REQUEST_FORMS:
+        request = form.request
+        for modality, placeholder in PLACEHOLDER.items():
+            assert request.prompt.count(placeholder) == request.num_items(modality), form.name
+
+
+def test_a_form_runs_once_and_a_failure_is_kept(monkeypatch):
+    runs = RequestRuns(ReferenceTarget(), torch.device("cpu"))
+    model = runs.model("audios")
+    calls = []
+    real = model.run_request
+
+    def counted(request, *, cached=False):
+        calls.append(cached)
+        return real(request, cached=cached)
+
+    monkeypatch.setattr(model, "run_request", counted)
+    first = runs.run("audios")
+    assert runs.run("audios") is first
+    assert calls == [False]
+
+    def failing(request, *, cached=False):
+        calls.append(cached)
+        raise ValueError("images: broken")
+
+    monkeypatch.setattr(model, "run_request", failing)
+    for _ in range(2):
+        with pytest.raises(ValueError, match="images: broken"):
+            runs.run("audios", cached=True)
+    assert calls == [False, True]
+    assert FORMS_BY_NAME["audios"].spec == runs.model("audios").spec
