@@ -1,0 +1,34 @@
+"""vLLM 0.33.0: with dynamic resolution, NemotronH_Nano_VL_V2's processor budgets an image as if
+the prompt had no text, so a long prompt's processed length exceeds max_model_len.
+
+The tiler's token budget is ``max_model_len - text_prompt_len - 4``, but vLLM calls the HF
+processor on dummy text (``_get_hf_mm_text``: just the placeholders), so ``text_prompt_len`` is 1
+whatever the prompt: a 244-token text plus a 100 x 150 image in a 256-token context becomes a
+261-token prompt (the image takes 15 tokens, 8 fit). Expected: the image shrinks to the budget
+the text leaves.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from _processor import processor, reproduce
+from PIL import Image
+
+
+def main() -> int:
+    p = processor(dynamic_resolution=True, max_model_len=256)
+    text = ("Describe this picture in detail please. " * 6 + "Answer: ")[:244]
+    image = Image.new("RGB", (150, 100))
+
+    def request() -> None:
+        out = p(text + "<image>", p.info.parse_mm_data({"image": [image]}))
+        length = len(out["prompt_token_ids"])
+        if length > 256:
+            raise ValueError(f"the processed prompt has {length} tokens, max_model_len 256")
+
+    return reproduce(request)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
