@@ -319,5 +319,3 @@ REQUEST_FORMS: tuple[RequestForm, ...] = (
     RequestForm("mixed", STATIC, _mixed),
 )
 FORMS_BY_NAME = {form.name: form for form in REQUEST_FORMS}
-#: Forms whose items are all precomputed embeddings.
-EMBEDDING_FORMS = tuple(f.name for f in REQUEST_FORMS if "embeds" in f.name)
