@@ -1,0 +1,29 @@
+"""vLLM 0.33.0: for a dynamic-resolution checkpoint, NemotronH_Nano_VL_V2's
+``get_mm_max_tokens_per_item`` ignores ``max_num_patches``.
+
+It sizes the image for the whole token budget (``width_and_height_for_max_num_tokens_available``:
+3969 tokens in a 4096-token context), while the processor caps every image at
+``max_num_patches`` (64 patches here: 16 tokens after the pixel shuffle). The engine reserves its
+encoder budget per image from this answer: 248 times too much.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from _processor import processor, reproduce
+
+
+def main() -> int:
+    p = processor(dynamic_resolution=True)
+
+    def ask() -> None:
+        tokens = p.info.get_mm_max_tokens_per_item(seq_len=4096, mm_counts={"image": 1})
+        if tokens["image"] > 16:
+            raise ValueError(f"max tokens per image {tokens['image']}; 64 patches give 16")
+
+    return reproduce(ask)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
