@@ -210,3 +210,13 @@ def test_a_long_prompt_leaves_the_image_its_budget(request_runs):
         f"the processed prompt has {length} tokens, the context {form.spec.max_model_len}: the "
         f"image took {len(result.items[0].positions)} tokens"
     )
+
+
+def test_a_thin_image_under_a_tight_budget_is_processed(make_model):
+    """A 16 x 545 image in a 21-token context (about 16 tokens left for it): the request path
+    gives it a grid of whole 2 x 2 blocks that fits the context."""
+    model = make_model(dynamic_resolution=True, max_model_len=21)
+    request = Request("<image>", images=[pil_image(545, 16, 4)])
+    result = model.run_request(request)
+    _items_and_rows_agree(request, result, model.spec.hidden_size)
+    assert len(result.prompt_token_ids) <= 21, f"{len(result.prompt_token_ids)} tokens"
