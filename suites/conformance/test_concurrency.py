@@ -37,7 +37,7 @@ def test_configs_made_and_freed_in_a_loop(target):
     specs = [ModelSpec(), ModelSpec(dynamic_resolution=True, audio=False)]
     expected = [[True, True, False], [True, False, True]]
     tokenizer = build_tokenizer()
-    for i in range(8):
+    for i in range(4):
         metadata = target.metadata(specs[i % 2], tokenizer, fresh=True)
         assert answers(metadata) == expected[i % 2], f"round {i}: a stale answer"
         del metadata
