@@ -15,7 +15,6 @@ could not run (a bad option, a target that failed to load).
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import shlex
 import subprocess
@@ -24,6 +23,7 @@ from pathlib import Path
 
 from harness import ROOT
 from harness.report import TargetRun, build_report, exit_status, write_report
+from harness.results import ResultsError, read_results
 
 SUITE = "suites/conformance"
 
@@ -71,7 +71,10 @@ def run_target(selector: str, device: str, out_dir: Path, extra: list[str]) -> T
             None,
             problem=f"pytest exited {proc.returncode} before writing results",
         )
-    results = json.loads(results_path.read_text())
+    try:
+        results = read_results(results_path)
+    except ResultsError as e:
+        return TargetRun(selector, proc.returncode, None, problem=str(e))
     problem = ""
     if proc.returncode not in (0, 1):
         problem = f"pytest exited {proc.returncode} (the harness could not run this target)"

@@ -4,15 +4,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from harness.pytest_deviations import is_check, stale_deviations
 from harness.pytest_target import check_path, current_target
-
-# Outcomes as the report names them.
-PASS, FAIL, XFAIL, XPASS, SKIP, ERROR = "pass", "fail", "xfail", "xpass", "skip", "error"
+from harness.results import SCHEMA_VERSION, CheckResult, Outcome, TargetResults
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -39,29 +36,29 @@ def _message(report: pytest.TestReport) -> str:
     return lines[-1] if lines else ""
 
 
-def classify(report: pytest.TestReport) -> tuple[str, str] | None:
+def classify(report: pytest.TestReport) -> tuple[Outcome, str] | None:
     """The outcome a report decides, with its reason; None when it decides nothing."""
     xfail_reason = getattr(report, "wasxfail", None)
     if report.when == "call":
         if xfail_reason is not None:
             if report.skipped:
-                return XFAIL, xfail_reason
-            return XPASS, f"unexpected pass of a known deviation: {xfail_reason}"
+                return Outcome.XFAIL, xfail_reason
+            return Outcome.XPASS, f"unexpected pass of a known deviation: {xfail_reason}"
         if report.passed:
-            return PASS, ""
+            return Outcome.PASS, ""
         if report.failed:
             message = _message(report)
             if message.startswith("[XPASS(strict)]"):
                 reason = message.removeprefix("[XPASS(strict)]").strip()
-                return XPASS, f"unexpected pass of a known deviation: {reason}"
-            return FAIL, message
-        return SKIP, _message(report)
+                return Outcome.XPASS, f"unexpected pass of a known deviation: {reason}"
+            return Outcome.FAIL, message
+        return Outcome.SKIP, _message(report)
     if report.failed:
-        return ERROR, f"{report.when}: {_message(report)}"
+        return Outcome.ERROR, f"{report.when}: {_message(report)}"
     if report.skipped:
         if xfail_reason is not None:
-            return XFAIL, xfail_reason
-        return SKIP, _message(report)
+            return Outcome.XFAIL, xfail_reason
+        return Outcome.SKIP, _message(report)
     return None
 
 
@@ -73,7 +70,7 @@ class ResultsRecorder:
         self.path = Path(config.getoption("--results-json"))
         self.check_ids: set[str] = set()
         self.runs_on: dict[str, str | None] = {}
-        self.results: dict[str, dict[str, Any]] = {}
+        self.results: dict[str, CheckResult] = {}
 
     def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
         self.check_ids = {item.nodeid for item in items if is_check(item)}
@@ -86,35 +83,40 @@ class ResultsRecorder:
         if decided is None:
             return
         previous = self.results.get(report.nodeid)
-        if previous is not None and previous["outcome"] in (FAIL, ERROR, XPASS):
+        if previous is not None and previous["outcome"] in (
+            Outcome.FAIL,
+            Outcome.ERROR,
+            Outcome.XPASS,
+        ):
             return  # a teardown pass never hides a call failure
         outcome, reason = decided
-        self.results[report.nodeid] = {
-            "id": report.nodeid,
-            "outcome": outcome,
-            "reason": reason,
-            "runs_on": self.runs_on.get(report.nodeid),
-            "duration_s": round(report.duration, 4),
-        }
+        result = CheckResult(
+            id=report.nodeid,
+            outcome=outcome.value,
+            reason=reason,
+            runs_on=self.runs_on.get(report.nodeid),
+            duration_s=round(report.duration, 4),
+        )
         properties = dict(report.user_properties)
-        actual = properties.get("actual_cause")
-        if actual is not None:  # the exception behind an expected failure
-            self.results[report.nodeid]["actual_cause"] = str(actual)
+        if "actual_cause" in properties:  # the exception behind an expected failure
+            result["actual_cause"] = str(properties["actual_cause"])
         if "reach" in properties:  # how a user reaches the known deviation
-            self.results[report.nodeid]["reach"] = str(properties["reach"])
+            result["reach"] = str(properties["reach"])
         measured = properties.get("measured")
-        if measured is not None:  # numbers a check measured (parity errors), as recorded
-            self.results[report.nodeid]["measured"] = measured
+        if isinstance(measured, dict) and measured:  # numbers the check measured (parity)
+            result["measured"] = measured
+        self.results[report.nodeid] = result
 
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         target = current_target(self.config)
-        payload = {
-            "target": target.identity().as_dict() | {"selector": self.config.getoption("--target")},
-            "device": self.config.getoption("--device"),
-            "exit_status": int(exitstatus),
-            "checks": sorted(self.results.values(), key=lambda r: str(r["id"])),
-            "stale_deviations": stale_deviations(self.config) if self.check_ids else [],
-            "build_timings": dict(target.timings),
-        }
+        payload = TargetResults(
+            schema_version=SCHEMA_VERSION,
+            target=target.identity().as_dict() | {"selector": self.config.getoption("--target")},
+            device=self.config.getoption("--device"),
+            exit_status=int(exitstatus),
+            checks=sorted(self.results.values(), key=lambda r: r["id"]),
+            stale_deviations=stale_deviations(self.config) if self.check_ids else [],
+            build_timings=dict(target.timings),
+        )
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.path.write_text(json.dumps(payload, indent=2) + "\n")

@@ -14,8 +14,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-#: Outcomes that make a run fail (exit status 1).
-FAILING = ("fail", "error", "xpass")
+from harness.results import FAILING, SCHEMA_VERSION, CheckResult, Outcome, Report, TargetResults
+
 SHORT_PREFIX = "suites/conformance/"
 
 
@@ -25,8 +25,12 @@ class TargetRun:
 
     selector: str
     exit_status: int
-    results: dict[str, Any] | None
+    results: TargetResults | None
     problem: str = ""  # set when the harness could not run this target
+
+    @property
+    def checks(self) -> list[CheckResult]:
+        return self.results["checks"] if self.results is not None else []
 
     @property
     def label(self) -> str:
@@ -54,15 +58,15 @@ def _cell(check: dict[str, Any] | None) -> str:
 
 
 def summarize(run: TargetRun) -> dict[str, int]:
-    counts = {k: 0 for k in ("pass", "fail", "xfail", "xpass", "skip", "error")}
-    for check in (run.results or {}).get("checks", []):
+    counts = {o.value: 0 for o in Outcome}
+    for check in run.checks:
         counts[check["outcome"]] = counts.get(check["outcome"], 0) + 1
     return counts
 
 
 def _runs_on_counts(run: TargetRun) -> dict[str, int]:
     counts: dict[str, int] = {}
-    for check in (run.results or {}).get("checks", []):
+    for check in run.checks:
         key = check.get("runs_on") or "unmarked"
         counts[key] = counts.get(key, 0) + 1
     return counts
@@ -71,19 +75,15 @@ def _runs_on_counts(run: TargetRun) -> dict[str, int]:
 def _deviations_by_reach(run: TargetRun) -> dict[str, list[str]]:
     """The run's expected failures by how a user reaches them (the deviation's ``reach``)."""
     groups: dict[str, list[str]] = {}
-    for check in (run.results or {}).get("checks", []):
-        if check["outcome"] == "xfail":
+    for check in run.checks:
+        if check["outcome"] == Outcome.XFAIL:
             groups.setdefault(check.get("reach") or "unstated", []).append(check["id"])
     return {reach: sorted(ids) for reach, ids in sorted(groups.items())}
 
 
 def _measured(run: TargetRun) -> dict[str, Any]:
     """What the run's checks measured (parity errors), by check id."""
-    return {
-        check["id"]: check["measured"]
-        for check in (run.results or {}).get("checks", [])
-        if check.get("measured")
-    }
+    return {check["id"]: check["measured"] for check in run.checks if check.get("measured")}
 
 
 def run_status(run: TargetRun) -> str:
@@ -95,27 +95,28 @@ def run_status(run: TargetRun) -> str:
     return "ok"
 
 
-def build_report(runs: Sequence[TargetRun], command: str = "") -> dict[str, Any]:
+def build_report(runs: Sequence[TargetRun], command: str = "") -> Report:
     check_ids: list[str] = []
     for run in runs:
-        for check in (run.results or {}).get("checks", []):
+        for check in run.checks:
             if check["id"] not in check_ids:
                 check_ids.append(check["id"])
-    by_run = [{c["id"]: c for c in (run.results or {}).get("checks", [])} for run in runs]
+    by_run = [{c["id"]: c for c in run.checks} for run in runs]
     return {
+        "schema_version": SCHEMA_VERSION,
         "generated": datetime.now(UTC).isoformat(timespec="seconds"),
         "command": command,
         "targets": [
             {
                 "selector": run.selector,
-                "identity": (run.results or {}).get("target"),
-                "device": (run.results or {}).get("device"),
+                "identity": run.results["target"] if run.results else None,
+                "device": run.results["device"] if run.results else None,
                 "pytest_exit_status": run.exit_status,
                 "status": run_status(run),
                 "problem": run.problem,
                 "summary": summarize(run),
-                "stale_deviations": (run.results or {}).get("stale_deviations", []),
-                "build_timings": (run.results or {}).get("build_timings", {}),
+                "stale_deviations": run.results["stale_deviations"] if run.results else [],
+                "build_timings": run.results["build_timings"] if run.results else {},
                 "runs_on": _runs_on_counts(run),
                 "deviations_by_reach": _deviations_by_reach(run),
                 "measured": _measured(run),
@@ -135,7 +136,7 @@ def build_report(runs: Sequence[TargetRun], command: str = "") -> dict[str, Any]
     }
 
 
-def exit_status(report: dict[str, Any]) -> int:
+def exit_status(report: Report) -> int:
     """0: every check passed or failed as a known deviation; 1: a check failed; 2: a target
     could not be run."""
     statuses = [t["status"] for t in report["targets"]]
@@ -144,7 +145,7 @@ def exit_status(report: dict[str, Any]) -> int:
     return 1 if "failed" in statuses else 0
 
 
-def render_markdown(report: dict[str, Any]) -> str:
+def render_markdown(report: Report) -> str:
     targets = report["targets"]
     lines = [
         "# Nano-Nemotron VL conformance report",
@@ -263,7 +264,7 @@ def _measured_section(targets: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
-def write_report(report: dict[str, Any], out_dir: Path) -> tuple[Path, Path]:
+def write_report(report: Report, out_dir: Path) -> tuple[Path, Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
     json_path, md_path = out_dir / "conformance.json", out_dir / "conformance.md"
     json_path.write_text(json.dumps(report, indent=2) + "\n")

@@ -12,6 +12,8 @@ from typing import Any
 
 import pytest
 
+from harness.results import REPORT_SCHEMA, RESULTS_SCHEMA
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -70,4 +72,21 @@ def run_suites(
         check=False,
     )
     payload = json.loads(results.read_text()) if results.is_file() else None
+    if payload is not None:
+        validate(payload, RESULTS_SCHEMA)  # every results document the tests produce
     return SuiteRun(proc.returncode, proc.stdout + proc.stderr, payload)
+
+
+def validate(document: Any, schema: Path) -> None:
+    """``document`` against a committed JSON Schema (``fixtures/schema/``), references between
+    the schemas resolved."""
+    import jsonschema
+    from referencing import Registry, Resource
+
+    resources = [
+        Resource.from_contents(json.loads(path.read_text()))
+        for path in (RESULTS_SCHEMA, REPORT_SCHEMA)
+    ]
+    registry = Registry().with_resources((r.id(), r) for r in resources)
+    contents = json.loads(schema.read_text())
+    jsonschema.Draft202012Validator(contents, registry=registry).validate(document)

@@ -1,0 +1,103 @@
+"""The results schema, shared by the writer (the pytest plugin, :mod:`harness.pytest_results`)
+and the reader (the main job and the report, :mod:`harness.conformance`, :mod:`harness.report`).
+
+Two JSON documents, each with a ``schema_version``:
+
+- a target's results (``results-<target>.json``): :class:`TargetResults`, one
+  :class:`CheckResult` per check;
+- the report (``conformance.json``): :class:`Report`, every target run and, per check, each
+  target's :class:`CheckResult`.
+
+The committed JSON Schemas (``fixtures/schema/``) describe the same records for other tools; the
+harness's tests validate every document they produce against them.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+from pathlib import Path
+from typing import Any, NotRequired, TypedDict, cast
+
+from harness import ROOT
+
+#: Bumped when a record changes incompatibly; a reader refuses any other version.
+SCHEMA_VERSION = 1
+SCHEMA_DIR = ROOT / "fixtures" / "schema"
+RESULTS_SCHEMA = SCHEMA_DIR / "results.schema.json"
+REPORT_SCHEMA = SCHEMA_DIR / "conformance.schema.json"
+
+
+class Outcome(enum.StrEnum):
+    """A check's outcome on one target."""
+
+    PASS = "pass"
+    FAIL = "fail"  # a check failed, or a known deviation failed for another cause
+    XFAIL = "xfail"  # a known deviation failed for its pinned cause
+    XPASS = "xpass"  # a known deviation passed: its entry must go
+    SKIP = "skip"
+    ERROR = "error"  # set-up or tear-down failed
+
+
+#: Outcomes that make a run fail.
+FAILING = (Outcome.FAIL, Outcome.ERROR, Outcome.XPASS)
+
+
+class CheckResult(TypedDict):
+    id: str  # the pytest node id
+    outcome: str  # an Outcome value
+    reason: str
+    runs_on: str | None  # what the check reached (harness.targets.base.CHECK_PATHS)
+    duration_s: float
+    actual_cause: NotRequired[str]  # the exception behind an expected failure
+    reach: NotRequired[str]  # how a user reaches the known deviation
+    measured: NotRequired[dict[str, Any]]  # numbers the check measured (parity errors)
+
+
+class TargetResults(TypedDict):
+    schema_version: int
+    target: dict[str, Any]  # identity: name, version, files, selector
+    device: str
+    exit_status: int
+    checks: list[CheckResult]
+    stale_deviations: list[str]
+    build_timings: dict[str, dict[str, float]]
+
+
+class Report(TypedDict):
+    schema_version: int
+    generated: str
+    command: str
+    targets: list[dict[str, Any]]
+    checks: list[dict[str, Any]]
+
+
+class ResultsError(ValueError):
+    """A results document the reader cannot use; the message names the file and the field."""
+
+
+def read_results(path: Path) -> TargetResults:
+    """A target's results as the plugin wrote them, its version and outcomes checked."""
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise ResultsError(f"{path}: not JSON: {e}") from e
+    if not isinstance(data, dict):
+        raise ResultsError(f"{path}: expected a JSON object, got {type(data).__name__}")
+    version = data.get("schema_version")
+    if version != SCHEMA_VERSION:
+        raise ResultsError(
+            f"{path}: schema_version: expected {SCHEMA_VERSION}, got {version!r} (written by "
+            "another version of the harness)"
+        )
+    missing = sorted(set(TargetResults.__annotations__) - set(data))
+    if missing:
+        raise ResultsError(f"{path}: expected the fields {missing}, got {sorted(data)}")
+    known = {o.value for o in Outcome}
+    for i, check in enumerate(data["checks"]):
+        if check.get("outcome") not in known:
+            raise ResultsError(
+                f"{path}: checks[{i}].outcome: expected one of {sorted(known)}, got "
+                f"{check.get('outcome')!r}"
+            )
+    return cast(TargetResults, data)
