@@ -67,7 +67,7 @@ def test_request_matches_the_reference(request_runs, reference_runs, form, recor
     measured: dict[str, object] = {}
     for item, got, want in zip(actual.items, actual.embeddings, expected.embeddings, strict=True):
         name = f"{item.modality}[{item.index}]"
-        given = request.embeddings(item.modality)  # type: ignore[arg-type]
+        given = request.embeddings(item.modality)
         if given is not None:
             assert torch.equal(got, want), f"{name}: the given embeddings differ"
             measured[name] = {"exact": True}

@@ -45,7 +45,7 @@ SEVERAL_MEDIA = [
     f.name
     for f in REQUEST_FORMS
     if "embeds" not in f.name
-    and sum(f.request.num_items(m) for m in ("image", "video", "audio")) > 1  # type: ignore[arg-type]
+    and sum(f.request.num_items(m) for m in ("image", "video", "audio")) > 1
 ]
 MODALITIES = ("image", "video", "audio")
 #: The keys each form's batch must carry besides its routing key (the model cannot embed it
@@ -76,7 +76,7 @@ def context_token(modality: str) -> int | None:
 def _items_and_rows_agree(request: Request, result, hidden_size: int) -> None:
     for modality in MODALITIES:
         got = sorted(i.index for i in result.items if i.modality == modality)
-        expected = list(range(request.num_items(modality)))  # type: ignore[arg-type]
+        expected = list(range(request.num_items(modality)))
         assert got == expected, f"{modality} items: expected {expected}, got {got}"
     assert len(result.embeddings) == len(result.items)
     taken: set[int] = set()
@@ -119,7 +119,7 @@ def test_request_is_processed_and_embedded(request_runs, form):
     _items_and_rows_agree(request, result, FORMS_BY_NAME[form].spec.hidden_size)
     _batches_are_well_formed(result)
     for modality in MODALITIES:
-        given = request.embeddings(modality)  # type: ignore[arg-type]
+        given = request.embeddings(modality)
         if given is None:
             continue
         for index, expected in enumerate(given):
@@ -147,7 +147,7 @@ def test_items_embed_as_they_do_alone(request_runs, form):
         modality = item.modality
         alone = Request(
             PLACEHOLDER[modality],
-            **{modality + "s": [request.items(modality)[item.index]]},  # type: ignore[arg-type]
+            **{modality + "s": [request.items(modality)[item.index]]},
         )
         single = model.run_request(alone)
         assert len(single.embeddings) == 1
@@ -164,7 +164,7 @@ def test_embeddings_of_the_wrong_width_are_rejected(make_model, modality):
     naming them."""
     model = make_model()
     wide = embedding_rows(3, model.spec.hidden_size + 1, 0)
-    request = Request(PLACEHOLDER[modality], **{modality + "s": [wide]})  # type: ignore[arg-type]
+    request = Request(PLACEHOLDER[modality], **{modality + "s": [wide]})
     with raises_clear_error(f"{modality}_embeds", f"{modality.capitalize()} embedding"):
         model.run_request(request)
 
