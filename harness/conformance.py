@@ -8,8 +8,15 @@ installed. Each target runs in its own pytest process (a ``vllm-file:`` target r
 in ``sys.modules``, so targets never share a process), writing JUnit XML and per-check results;
 the report merges them into ``<out>/conformance.md`` and ``.json``.
 
-Exit status: 0 every check passed or failed as a known deviation, 1 a check failed, 2 the harness
-could not run (a bad option, a target that failed to load).
+Each process is supervised (:mod:`harness.supervisor`): a check has a time limit
+(``--check-timeout SECONDS``), the process group a memory limit (``--memory-limit GIB``); a check
+past either FAILs and the suites go on from the next check in a new process, as they do after a
+crash (at most ``--max-restarts`` times per target). Ctrl-C or SIGTERM stops the run and still
+writes the report.
+
+Exit status: 0 every check passed or failed as a known deviation; 1 a check failed (a time or
+memory limit included); 2 the run is incomplete: a bad option, a target that failed to load or
+crashed, restarts that ran out, an interrupted run.
 """
 
 from __future__ import annotations
@@ -17,13 +24,20 @@ from __future__ import annotations
 import argparse
 import re
 import shlex
-import subprocess
 import sys
 from pathlib import Path
 
 from harness import ROOT
 from harness.report import TargetRun, build_report, exit_status, write_report
 from harness.results import ResultsError, read_results
+from harness.supervisor import (
+    DEFAULT_CHECK_TIMEOUT_S,
+    DEFAULT_MAX_RESTARTS,
+    DEFAULT_MEMORY_LIMIT_GIB,
+    Interrupt,
+    Limits,
+    Supervisor,
+)
 
 SUITE = "suites/conformance"
 
@@ -44,43 +58,70 @@ def slug(selector: str) -> str:
     return re.sub(r"[^A-Za-z0-9]+", "-", selector).strip("-")[:60]
 
 
-def run_target(selector: str, device: str, out_dir: Path, extra: list[str]) -> TargetRun:
+def run_target(
+    selector: str,
+    device: str,
+    out_dir: Path,
+    extra: list[str],
+    limits: Limits,
+    interrupt: Interrupt,
+) -> TargetRun:
     results_path = out_dir / f"results-{slug(selector)}.json"
+    progress_path = out_dir / f".progress-{slug(selector)}"
     results_path.unlink(missing_ok=True)
-    cmd = [
-        sys.executable,
-        "-m",
-        "pytest",
-        SUITE,
-        f"--target={selector}",
-        f"--device={device}",
-        f"--results-json={results_path}",
-        f"--junitxml={out_dir / f'junit-{slug(selector)}.xml'}",
-        "-p",
-        "no:cacheprovider",
-        "-q",
-        "-rfEX",
-        *extra,
-    ]
-    print(f"\n=== conformance: {selector} ===\n$ {shlex.join(cmd)}", flush=True)
-    proc = subprocess.run(cmd, cwd=ROOT, check=False)
+
+    def command(resume: bool) -> list[str]:
+        # A resumed process writes its own JUnit file: the first one's is kept whole.
+        junit = out_dir / f"junit-{slug(selector)}{'-resumed' if resume else ''}.xml"
+        return [
+            sys.executable,
+            "-m",
+            "pytest",
+            SUITE,
+            f"--target={selector}",
+            f"--device={device}",
+            f"--results-json={results_path}",
+            f"--progress-file={progress_path}",
+            f"--junitxml={junit}",
+            "-p",
+            "no:cacheprovider",
+            "-q",
+            "-rfEX",
+            *(["--resume"] if resume else []),
+            *extra,
+        ]
+
+    print(f"\n=== conformance: {selector} ===\n$ {shlex.join(command(False))}", flush=True)
+    supervised = Supervisor(
+        command,
+        results=results_path,
+        progress=progress_path,
+        limits=limits,
+        cwd=ROOT,
+        interrupt=interrupt,
+    ).run()
+    progress_path.unlink(missing_ok=True)
+    status = supervised.exit_status
     if not results_path.is_file():
         return TargetRun(
             selector,
-            proc.returncode,
+            status,
             None,
-            problem=f"pytest exited {proc.returncode} before writing results",
+            problem=f"pytest exited {status} before writing results: {supervised.last_words}",
+            supervised=supervised,
         )
     try:
         results = read_results(results_path)
     except ResultsError as e:
-        return TargetRun(selector, proc.returncode, None, problem=str(e))
+        return TargetRun(selector, status, None, problem=str(e), supervised=supervised)
     problem = ""
-    if proc.returncode not in (0, 1):
-        problem = f"pytest exited {proc.returncode} (the harness could not run this target)"
-    elif not results["checks"]:
+    if results["stopped"]:
+        problem = results["stopped"]
+    elif results["complete"] and status not in (0, 1):
+        problem = f"pytest exited {status} (the harness could not run this target)"
+    elif not results["checks"] and not supervised.incidents:
         problem = "no conformance checks ran"
-    return TargetRun(selector, proc.returncode, results, problem)
+    return TargetRun(selector, status, results, problem, supervised=supervised)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -102,14 +143,58 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--out", type=Path, default=ROOT / "reports", help="report folder (default: reports/)"
     )
+    parser.add_argument(
+        "--check-timeout",
+        type=float,
+        default=DEFAULT_CHECK_TIMEOUT_S,
+        metavar="SECONDS",
+        help=f"time limit of each check, set-up included (default: {DEFAULT_CHECK_TIMEOUT_S:g})",
+    )
+    parser.add_argument(
+        "--memory-limit",
+        type=float,
+        default=DEFAULT_MEMORY_LIMIT_GIB,
+        metavar="GIB",
+        help="resident memory limit of a target's processes, in GiB "
+        f"(default: {DEFAULT_MEMORY_LIMIT_GIB:g})",
+    )
+    parser.add_argument(
+        "--max-restarts",
+        type=int,
+        default=DEFAULT_MAX_RESTARTS,
+        metavar="N",
+        help="restarts per target after a fault (timeout, memory, crash) before the checks "
+        f"left are given up (default: {DEFAULT_MAX_RESTARTS})",
+    )
     try:
         args = parser.parse_args(argv)
     except SystemExit as e:
         return 0 if e.code == 0 else 2
+    try:
+        limits = Limits(args.check_timeout, args.memory_limit, args.max_restarts)
+    except ValueError as e:
+        option = {
+            "check_timeout_s": "--check-timeout",
+            "memory_limit_gib": "--memory-limit",
+            "max_restarts": "--max-restarts",
+        }
+        message = str(e)
+        for field_name, flag in option.items():
+            message = message.replace(f"Limits.{field_name}", flag)
+        print(f"python -m harness.conformance: error: {message}", file=sys.stderr)
+        return 2
     targets = args.targets or available_targets()
     out_dir = args.out.resolve()
     out_dir.mkdir(parents=True, exist_ok=True)
-    runs = [run_target(t, args.device, out_dir, extra) for t in targets]
+    runs: list[TargetRun] = []
+    with Interrupt().installed() as interrupt:
+        for selector in targets:
+            if interrupt:
+                runs.append(
+                    TargetRun(selector, 2, None, problem="not run: the run was interrupted")
+                )
+                continue
+            runs.append(run_target(selector, args.device, out_dir, extra, limits, interrupt))
     command = "python -m harness.conformance " + shlex.join(
         argv + (["--", *extra] if extra else [])
     )

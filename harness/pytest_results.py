@@ -1,15 +1,29 @@
-"""Record each conformance check's outcome as JSON (``--results-json PATH``) for the report."""
+"""Record each conformance check's outcome as JSON (``--results-json PATH``) for the report.
+
+The file is rewritten (atomically) after collection and after every check, so a target process
+that dies keeps what it finished. Two more options serve the supervising main job
+(:mod:`harness.supervisor`): ``--progress-file PATH`` holds the id of the check now running (empty
+between checks), and ``--resume`` keeps the checks already in the results file and runs the rest.
+"""
 
 from __future__ import annotations
 
-import json
+import os
 from pathlib import Path
 
 import pytest
 
 from harness.pytest_deviations import is_check, stale_deviations
-from harness.pytest_target import check_path, current_target
-from harness.results import SCHEMA_VERSION, CheckResult, Outcome, TargetResults
+from harness.pytest_target import STOPPED_KEY, check_path, current_target
+from harness.results import (
+    SCHEMA_VERSION,
+    CheckResult,
+    Outcome,
+    ResultsError,
+    TargetResults,
+    read_results,
+    write_results,
+)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -19,11 +33,49 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         metavar="PATH",
         help="write each conformance check's outcome and the target's identity to PATH",
     )
+    parser.getgroup("nemotron-vl").addoption(
+        "--progress-file",
+        default=None,
+        metavar="PATH",
+        help="keep the id of the check now running in PATH (for a supervising process)",
+    )
+    parser.getgroup("nemotron-vl").addoption(
+        "--resume",
+        action="store_true",
+        help="keep the checks already in --results-json and run only the others",
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    if config.getoption("--resume") and not config.getoption("--results-json"):
+        raise pytest.UsageError("--resume: expected --results-json PATH to resume from, got none")
     if config.getoption("--results-json"):
         config.pluginmanager.register(ResultsRecorder(config), "nemotron-vl-results")
+    if config.getoption("--progress-file"):
+        config.pluginmanager.register(
+            ProgressFile(Path(config.getoption("--progress-file"))), "nemotron-vl-progress"
+        )
+
+
+class ProgressFile:
+    """The id of the check now running, for a supervisor that enforces time limits and names the
+    check a dead process was running."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.set("")
+
+    def set(self, nodeid: str) -> None:
+        part = self.path.with_name(f".{self.path.name}.part")
+        part.write_text(nodeid)
+        os.replace(part, self.path)
+
+    def pytest_runtest_logstart(self, nodeid: str) -> None:
+        self.set(nodeid)
+
+    def pytest_runtest_logfinish(self, nodeid: str) -> None:
+        self.set("")
 
 
 def _message(report: pytest.TestReport) -> str:
@@ -71,10 +123,28 @@ class ResultsRecorder:
         self.check_ids: set[str] = set()
         self.runs_on: dict[str, str | None] = {}
         self.results: dict[str, CheckResult] = {}
+        self.build_timings: dict[str, dict[str, float]] = {}
+        if config.getoption("--resume") and self.path.is_file():
+            try:
+                earlier = read_results(self.path)
+            except ResultsError as e:
+                raise pytest.UsageError(f"--resume: {e}") from e
+            self.results = {check["id"]: check for check in earlier["checks"]}
+            self.build_timings = dict(earlier["build_timings"])
 
-    def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
+    @pytest.hookimpl(trylast=True)  # after the deviations are applied (stale-entry detection)
+    def pytest_collection_modifyitems(
+        self, config: pytest.Config, items: list[pytest.Item]
+    ) -> None:
         self.check_ids = {item.nodeid for item in items if is_check(item)}
         self.runs_on = {item.nodeid: check_path(item) for item in items if is_check(item)}
+        done = [item for item in items if item.nodeid in self.results]
+        if done:  # resuming: what an earlier process finished is not run again
+            items[:] = [item for item in items if item.nodeid not in self.results]
+            config.hook.pytest_deselected(items=done)
+
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        self.write(exit_status=None, complete=False)
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if report.nodeid not in self.check_ids:
@@ -107,16 +177,25 @@ class ResultsRecorder:
             result["measured"] = measured
         self.results[report.nodeid] = result
 
+    def pytest_runtest_logfinish(self, nodeid: str) -> None:
+        if nodeid in self.check_ids:
+            self.write(exit_status=None, complete=False)
+
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        self.write(exit_status=int(exitstatus), complete=True)
+
+    def write(self, *, exit_status: int | None, complete: bool) -> None:
         target = current_target(self.config)
         payload = TargetResults(
             schema_version=SCHEMA_VERSION,
             target=target.identity().as_dict() | {"selector": self.config.getoption("--target")},
             device=self.config.getoption("--device"),
-            exit_status=int(exitstatus),
+            exit_status=exit_status,
+            complete=complete,
+            stopped=self.config.stash.get(STOPPED_KEY, ""),
+            selected=len(self.check_ids),
             checks=sorted(self.results.values(), key=lambda r: r["id"]),
             stale_deviations=stale_deviations(self.config) if self.check_ids else [],
-            build_timings=dict(target.timings),
+            build_timings=self.build_timings | dict(target.timings),
         )
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.path.write_text(json.dumps(payload, indent=2) + "\n")
+        write_results(self.path, payload)

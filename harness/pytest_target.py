@@ -44,6 +44,8 @@ settings.register_profile(
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
 _TARGET_KEY = pytest.StashKey[Target]()
+#: Why the run stopped before its checks ran (a target that failed to load), for the results.
+STOPPED_KEY = pytest.StashKey[str]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -119,6 +121,7 @@ def target(request: pytest.FixtureRequest) -> Target:
     except TargetUnavailable as e:
         pytest.skip(f"target {target.name!r} unavailable: {e}")
     except TargetLoadError as e:
+        request.config.stash[STOPPED_KEY] = str(e)
         pytest.exit(f"harness could not run: {e}", returncode=2)
     return target
 

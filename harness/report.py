@@ -14,7 +14,17 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from harness.results import FAILING, SCHEMA_VERSION, CheckResult, Outcome, Report, TargetResults
+from harness.results import (
+    FAILING,
+    SCHEMA_VERSION,
+    CheckResult,
+    IncidentKind,
+    Outcome,
+    Report,
+    TargetResults,
+    TargetStatus,
+)
+from harness.supervisor import Supervised
 
 SHORT_PREFIX = "suites/conformance/"
 
@@ -27,6 +37,7 @@ class TargetRun:
     exit_status: int
     results: TargetResults | None
     problem: str = ""  # set when the harness could not run this target
+    supervised: Supervised | None = None  # what the supervisor saw (faults, restarts, memory)
 
     @property
     def checks(self) -> list[CheckResult]:
@@ -86,13 +97,43 @@ def _measured(run: TargetRun) -> dict[str, Any]:
     return {check["id"]: check["measured"] for check in run.checks if check.get("measured")}
 
 
-def run_status(run: TargetRun) -> str:
-    """``ok``, ``failed`` (a check failed) or ``could not run``."""
+def run_status(run: TargetRun) -> TargetStatus:
+    """The target's status: faults the supervisor saw come first, then the checks' outcomes."""
+    incidents = run.supervised.incidents if run.supervised else []
+    kinds = {IncidentKind(i["kind"]) for i in incidents}
+    if IncidentKind.INTERRUPTED in kinds:
+        return TargetStatus.INTERRUPTED
     if run.results is None or run.problem:
-        return "could not run"
+        return TargetStatus.CRASHED if IncidentKind.CRASH in kinds else TargetStatus.COULD_NOT_RUN
+    if IncidentKind.CRASH in kinds:
+        return TargetStatus.CRASHED
+    if IncidentKind.GAVE_UP in kinds or any(i["check"] is None for i in incidents):
+        return TargetStatus.INCOMPLETE  # checks were left unrun
+    if not run.results["complete"] and not incidents:
+        return TargetStatus.INCOMPLETE
     if any(summarize(run)[o] for o in FAILING) or run.exit_status not in (0, 5):
-        return "failed"
-    return "ok"
+        return TargetStatus.FAILED
+    return TargetStatus.OK
+
+
+def _supervision(run: TargetRun) -> dict[str, Any]:
+    supervised = run.supervised
+    if supervised is None:
+        return {
+            "incidents": [],
+            "restarts": 0,
+            "wall_s": None,
+            "peak_memory_gib": None,
+            "slowest_check": None,
+        }
+    slowest = supervised.slowest_check
+    return {
+        "incidents": list(supervised.incidents),
+        "wall_s": supervised.wall_s,
+        "restarts": supervised.restarts,
+        "peak_memory_gib": round(supervised.peak_memory_gib, 3),
+        "slowest_check": {"id": slowest[0], "wall_s": slowest[1]} if slowest else None,
+    }
 
 
 def build_report(runs: Sequence[TargetRun], command: str = "") -> Report:
@@ -120,6 +161,7 @@ def build_report(runs: Sequence[TargetRun], command: str = "") -> Report:
                 "runs_on": _runs_on_counts(run),
                 "deviations_by_reach": _deviations_by_reach(run),
                 "measured": _measured(run),
+                **_supervision(run),
             }
             for run in runs
         ],
@@ -137,12 +179,12 @@ def build_report(runs: Sequence[TargetRun], command: str = "") -> Report:
 
 
 def exit_status(report: Report) -> int:
-    """0: every check passed or failed as a known deviation; 1: a check failed; 2: a target
-    could not be run."""
+    """0: every check passed or failed as a known deviation; 1: a check failed; 2: the run is
+    incomplete (a target could not run, crashed, ran out of restarts, or was interrupted)."""
     statuses = [t["status"] for t in report["targets"]]
-    if not statuses or "could not run" in statuses:
+    if not statuses or any(s not in (TargetStatus.OK, TargetStatus.FAILED) for s in statuses):
         return 2
-    return 1 if "failed" in statuses else 0
+    return 1 if TargetStatus.FAILED in statuses else 0
 
 
 def render_markdown(report: Report) -> str:
@@ -153,7 +195,7 @@ def render_markdown(report: Report) -> str:
         f"Generated {report['generated']}"
         + (f" by `{report['command']}`" if report["command"] else "")
         + ".",
-        f"Overall: **{['ok', 'a check failed', 'a target could not run'][exit_status(report)]}** "
+        f"Overall: **{['ok', 'a check failed', 'the run is incomplete'][exit_status(report)]}** "
         f"(exit status {exit_status(report)}).",
         "",
         "## Targets",
@@ -172,7 +214,8 @@ def render_markdown(report: Report) -> str:
         )
     for t in targets:
         if t["problem"]:
-            lines += ["", f"**`{t['selector']}` could not run:** {t['problem']}"]
+            lines += ["", f"**`{t['selector']}` {t['status']}:** {t['problem']}"]
+    lines += _incident_section(targets)
     lines += [
         "",
         "What the checks ran on (a real model: built by the target's own constructor, loaded "
@@ -215,6 +258,37 @@ def render_markdown(report: Report) -> str:
         "",
     ]
     return "\n".join(lines)
+
+
+def _incident_section(targets: list[dict[str, Any]]) -> list[str]:
+    """Faults the supervisor handled: what, in which check, when; and each target's peak memory
+    and slowest check (what the limits must leave room for)."""
+    lines: list[str] = []
+    for t in targets:
+        for incident in t.get("incidents") or []:
+            where = f"in `{incident['check']}`" if incident["check"] else "outside any check"
+            lines.append(
+                f"- `{t['selector']}` **{incident['kind']}** {where} at {incident['at_s']:g} s: "
+                f"{incident['detail']}"
+            )
+    if lines:
+        lines = [
+            "",
+            "Faults (the target process was killed or died; see `--check-timeout`, "
+            "`--memory-limit`, `--max-restarts`):",
+            "",
+            *lines,
+        ]
+    usage = [
+        f"- `{t['selector']}`: peak memory {t['peak_memory_gib']} GiB; slowest check "
+        f"{t['slowest_check']['wall_s']} s (`{t['slowest_check']['id']}`); "
+        f"{t['restarts']} restarts"
+        for t in targets
+        if t.get("peak_memory_gib") is not None and t.get("slowest_check")
+    ]
+    if usage:
+        lines += ["", "Supervision (wall time per check includes its set-up):", "", *usage]
+    return lines
 
 
 def _reach_section(targets: list[dict[str, Any]]) -> list[str]:

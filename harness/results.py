@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import enum
 import json
+import os
 from pathlib import Path
 from typing import Any, NotRequired, TypedDict, cast
 
 from harness import ROOT
 
 #: Bumped when a record changes incompatibly; a reader refuses any other version.
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 SCHEMA_DIR = ROOT / "fixtures" / "schema"
 RESULTS_SCHEMA = SCHEMA_DIR / "results.schema.json"
 REPORT_SCHEMA = SCHEMA_DIR / "conformance.schema.json"
@@ -55,13 +56,47 @@ class CheckResult(TypedDict):
 
 
 class TargetResults(TypedDict):
+    """Written after collection and after every check, so that a target process that dies keeps
+    what it finished; ``complete`` turns true when the pytest session ends normally."""
+
     schema_version: int
     target: dict[str, Any]  # identity: name, version, files, selector
     device: str
-    exit_status: int
+    exit_status: int | None  # pytest's, once the session ended; None while it runs
+    complete: bool
+    stopped: str  # why the session stopped before running its checks ("" when it did not)
+    selected: int  # checks selected for this run (those not yet run are absent from `checks`)
     checks: list[CheckResult]
     stale_deviations: list[str]
     build_timings: dict[str, dict[str, float]]
+
+
+class IncidentKind(enum.StrEnum):
+    """What the supervisor (:mod:`harness.supervisor`) did to, or saw of, a target process."""
+
+    TIMEOUT = "timeout"  # a check ran past its time limit: killed, restarted from the next check
+    MEMORY = "memory"  # the process went over its memory limit: killed, restarted
+    CRASH = "crash"  # the process died (a signal, an early exit) before its session ended
+    INTERRUPTED = "interrupted"  # the run was interrupted (Ctrl-C, SIGTERM)
+    GAVE_UP = "gave up"  # too many restarts: the checks left were not run
+
+
+class Incident(TypedDict):
+    kind: str  # an IncidentKind value
+    check: str | None  # the check that was running, or None (start-up, between checks)
+    detail: str
+    at_s: float  # seconds from the target's start to the incident
+
+
+class TargetStatus(enum.StrEnum):
+    """A target run's status in the report; every status but OK and FAILED exits 2."""
+
+    OK = "ok"
+    FAILED = "failed"  # a check failed (a time or memory limit included)
+    CRASHED = "crashed"  # the target process died; the results written before it are kept
+    INTERRUPTED = "interrupted"  # the run was stopped; the results finished before are kept
+    INCOMPLETE = "incomplete"  # restarts ran out; checks were left unrun
+    COULD_NOT_RUN = "could not run"  # the target failed to load, or the harness could not start
 
 
 class Report(TypedDict):
@@ -101,3 +136,12 @@ def read_results(path: Path) -> TargetResults:
                 f"{check.get('outcome')!r}"
             )
     return cast(TargetResults, data)
+
+
+def write_results(path: Path, document: TargetResults) -> None:
+    """Replace ``path`` with ``document`` in one step: a reader (the supervisor, watching a
+    process that may die at any moment) never sees half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    part = path.with_name(f".{path.name}.{os.getpid()}.part")
+    part.write_text(json.dumps(document, indent=2) + "\n")
+    os.replace(part, path)

@@ -5,6 +5,10 @@ test time (no vLLM source is committed) and run as a ``vllm-file:`` target. The 
 tests run the suites on each and assert they fail for the right reason: proof that the suites
 catch the regression class.
 
+:data:`FAULTS` are mutants of another kind: not an upstream bug, but a fault no harness may be
+stalled, passed or taken down by (a loop, an early exit, a segfault, unbounded allocation, an
+exception at import, a syntax error); the harness's own tests run the main job on each.
+
 Command line: ``python -m harness.targets.mutants NAME DEST_DIR`` writes the mutant under
 ``DEST_DIR/vllm/model_executor/models/nano_nemotron_vl.py`` and prints the ``--target`` value.
 """
@@ -136,6 +140,62 @@ MUTATIONS: dict[str, Mutation] = {
 }
 
 
+#: Where the faults go: the top of the image parser (every image input passes it; video, audio
+#: and text inputs do not), or the first import of the module.
+_IMAGE_PARSER = r'^(?P<indent>[ \t]+)(?P<line>image_embeds = kwargs\.pop\("image_embeds", None\)\n)'
+_FIRST_IMPORT = r"^(?P<line>import math\n)"
+
+
+def _fault(name: str, description: str, where: str, code: str) -> Mutation:
+    """``code`` (lines, indented to the insertion point) put before the line ``where`` matches."""
+    indent = r"\g<indent>" if "(?P<indent>" in where else ""
+    inserted = "".join(f"{indent}{line}\n" for line in code.splitlines())
+    return Mutation(name, "fault injection", description, where, inserted + indent + r"\g<line>")
+
+
+FAULTS: dict[str, Mutation] = {
+    m.name: m
+    for m in (
+        _fault(
+            "image-parser-loops",
+            "the image parser loops forever",
+            _IMAGE_PARSER,
+            "while True:\n    pass",
+        ),
+        _fault(
+            "image-parser-exits-0",
+            "the image parser ends the process with status 0",
+            _IMAGE_PARSER,
+            "__import__('os')._exit(0)",
+        ),
+        _fault(
+            "image-parser-segfaults",
+            "the image parser reads address 0 (SIGSEGV)",
+            _IMAGE_PARSER,
+            "__import__('ctypes').string_at(0)",
+        ),
+        _fault(
+            "image-parser-allocates",
+            "the image parser allocates without bound, as a decompression bomb does",
+            _IMAGE_PARSER,
+            "hoard = []\nwhile True:\n    hoard.append(b'A' * (64 << 20))",
+        ),
+        _fault(
+            "import-raises",
+            "the module raises at import",
+            _FIRST_IMPORT,
+            "raise RuntimeError('fault injected at import')",
+        ),
+        _fault(
+            "syntax-error",
+            "the module does not parse",
+            _FIRST_IMPORT,
+            "def broken(:",
+        ),
+    )
+}
+
+
 def installed_model_file() -> Path:
     spec = importlib.util.find_spec("vllm")
     if spec is None or not spec.submodule_search_locations:
@@ -145,18 +205,19 @@ def installed_model_file() -> Path:
 
 def write_mutant(name: str, dest_dir: Path) -> Path:
     """Write mutant ``name`` under ``dest_dir`` at the model file's path; return the file."""
-    if name not in MUTATIONS:
-        raise MutationError(f"mutant: expected one of {sorted(MUTATIONS)}, got {name!r}")
+    known = MUTATIONS | FAULTS
+    if name not in known:
+        raise MutationError(f"mutant: expected one of {sorted(known)}, got {name!r}")
     source = installed_model_file().read_text()
     out = dest_dir / MODEL_FILE
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(MUTATIONS[name].apply(source))
+    out.write_text(known[name].apply(source))
     return out
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("name", choices=sorted(MUTATIONS))
+    parser.add_argument("name", choices=sorted(MUTATIONS | FAULTS))
     parser.add_argument("dest_dir", type=Path)
     args = parser.parse_args(argv)
     try:

@@ -13,10 +13,14 @@ from harness.results import (
     REPORT_SCHEMA,
     RESULTS_SCHEMA,
     SCHEMA_VERSION,
+    Incident,
+    IncidentKind,
     Outcome,
     ResultsError,
+    TargetStatus,
     read_results,
 )
+from harness.supervisor import Supervised
 from suites.harness.helpers import ROOT, validate
 
 
@@ -26,6 +30,9 @@ def results(name, *checks):
         "target": {"name": name, "version": "1", "files": {"f.py": "ab" * 32}},
         "device": "cpu",
         "exit_status": 0,
+        "complete": True,
+        "stopped": "",
+        "selected": len(checks),
         "checks": [
             {"id": i, "outcome": o, "reason": r, "runs_on": None, "duration_s": 0.0}
             for i, o, r in checks
@@ -156,8 +163,145 @@ def test_the_schemas_name_the_outcomes_and_version_the_code_writes():
         assert schema["properties"]["schema_version"] == {"const": SCHEMA_VERSION}, path.name
     outcomes = json.loads(RESULTS_SCHEMA.read_text())["$defs"]["outcome"]["enum"]
     assert outcomes == [o.value for o in Outcome]
-    summary = json.loads(REPORT_SCHEMA.read_text())["$defs"]["target"]["properties"]["summary"]
-    assert summary["required"] == [o.value for o in Outcome]
+    target = json.loads(REPORT_SCHEMA.read_text())["$defs"]["target"]["properties"]
+    assert target["summary"]["required"] == [o.value for o in Outcome]
+    assert target["status"]["enum"] == sorted(
+        (s.value for s in TargetStatus), key=target["status"]["enum"].index
+    )
+    kinds = json.loads(RESULTS_SCHEMA.read_text())["$defs"]["incident"]["properties"]["kind"]
+    assert kinds["enum"] == [k.value for k in IncidentKind]
+
+
+def supervised(*incidents):
+    return Supervised(
+        exit_status=0,
+        incidents=[
+            Incident(kind=kind, check=check, detail=detail, at_s=1.0)
+            for kind, check, detail in incidents
+        ],
+        restarts=len(incidents),
+        peak_memory_gib=1.5,
+        slowest_check=(A, 2.0),
+        wall_s=3.0,
+    )
+
+
+@pytest.mark.parametrize(
+    ("outcomes", "incidents", "status", "exit"),
+    [
+        ([(A, "pass", "")], [], "ok", 0),
+        ([(A, "fail", "exceeded the check time limit")], [("timeout", A, "limit")], "failed", 1),
+        ([(A, "fail", "over the memory limit")], [("memory", A, "limit")], "failed", 1),
+        ([(A, "error", "died")], [("crash", A, "killed by SIGSEGV (11)")], "crashed", 2),
+        ([(A, "pass", "")], [("timeout", None, "in the session's teardown")], "incomplete", 2),
+        (
+            [(A, "fail", "exceeded")],
+            [("timeout", A, "limit"), ("gave up", None, "stopped after 0 restarts")],
+            "incomplete",
+            2,
+        ),
+        ([(A, "pass", "")], [("interrupted", B, "SIGTERM")], "interrupted", 2),
+    ],
+    ids=["clean", "timeout", "memory", "crash", "outside-a-check", "gave-up", "interrupted"],
+)
+def test_faults_set_the_status_and_exit(outcomes, incidents, status, exit):
+    """Per the issue: a check past its time or memory limit FAILs (exit 1); a crash, restarts
+    that ran out, a fault outside any check or an interruption make the run incomplete (exit 2,
+    never 0)."""
+    run = TargetRun("vllm", 0, results("vllm", *outcomes), supervised=supervised(*incidents))
+    report = report_of([run])
+    assert report["targets"][0]["status"] == status
+    assert exit_status(report) == exit
+    markdown = render_markdown(report)
+    for kind, check, detail in incidents:
+        where = f"in `{check}`" if check else "outside any check"
+        assert f"**{kind}** {where} at 1 s: {detail}" in markdown
+
+
+def test_a_results_file_left_by_a_dead_process_is_incomplete():
+    document = results("vllm", (A, "pass", "")) | {"complete": False, "exit_status": None}
+    report = report_of([TargetRun("vllm", -9, document)])
+    assert report["targets"][0]["status"] == "incomplete"
+    assert exit_status(report) == 2
+
+
+@pytest.mark.parametrize(
+    ("option", "message"),
+    [
+        ("--check-timeout=0", "--check-timeout: expected a number > 0, got 0.0"),
+        ("--memory-limit=-1", "--memory-limit: expected a number > 0, got -1.0"),
+        ("--max-restarts=-2", "--max-restarts: expected an integer >= 0, got -2"),
+        ("--check-timeout=soon", "--check-timeout: invalid float value: 'soon'"),
+    ],
+)
+def test_runner_rejects_bad_limits_naming_the_option(tmp_path, option, message):
+    proc = subprocess.run(
+        [sys.executable, "-m", "harness.conformance", option, "--out", str(tmp_path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 2
+    assert message in proc.stderr, proc.stderr
+    assert not (tmp_path / "conformance.json").exists()
+
+
+def test_resume_keeps_finished_checks_and_runs_the_rest(tmp_path):
+    """What a restarted process does after a fault: the checks already in the results file are
+    kept as they are (a recorded FAIL is not run again), the others run."""
+    path = tmp_path / "results.json"
+
+    def run(*extra):
+        return subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pytest",
+                "suites/conformance/test_passthrough.py",
+                "-k",
+                "pass_through_verbatim and image_embeds",
+                f"--results-json={path}",
+                "-p",
+                "no:cacheprovider",
+                "-q",
+                *extra,
+            ],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+
+    first = run()
+    assert first.returncode == 0, first.stdout[-3000:]
+    document = read_results(path)
+    ids = [c["id"] for c in document["checks"]]
+    assert len(ids) == document["selected"] >= 3
+    assert document["complete"]
+    recorded = recorded_timeout(ids[0])
+    document["checks"] = [recorded]  # as the supervisor leaves it after a timeout
+    document["complete"] = False
+    path.write_text(json.dumps(document))
+    second = run("--resume")
+    assert second.returncode == 0, second.stdout[-3000:]
+    assert f"{len(ids) - 1} passed, " in second.stdout
+    resumed = read_results(path)
+    assert resumed["complete"]
+    assert {c["id"]: c["outcome"] for c in resumed["checks"]} == {
+        ids[0]: "fail",
+        **{i: "pass" for i in ids[1:]},
+    }
+
+
+def recorded_timeout(check_id):
+    return {
+        "id": check_id,
+        "outcome": "fail",
+        "reason": "exceeded the check time limit of 1 s",
+        "runs_on": None,
+        "duration_s": 0.0,
+    }
 
 
 def test_a_report_that_breaks_the_schema_is_caught():
@@ -170,7 +314,7 @@ def test_a_report_that_breaks_the_schema_is_caught():
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        ({"schema_version": 0}, "schema_version: expected 1, got 0"),
+        ({"schema_version": 0}, f"schema_version: expected {SCHEMA_VERSION}, got 0"),
         ({"checks": [{"id": A, "outcome": "passed"}]}, r"checks\[0\].outcome: expected one of"),
         ({"device": None, "build_timings": None}, None),
     ],

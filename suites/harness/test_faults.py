@@ -1,0 +1,284 @@
+"""No fault of a target can stall, pass or take down the main job.
+
+Each fault is a mutated copy of the installed vLLM model file (:data:`harness.targets.mutants.
+FAULTS`), run by ``python -m harness.conformance`` on a few checks in this order:
+
+1. a LoRA metadata check that never reaches the image parser (passes before the fault);
+2. ``test_each_form_reaches_its_modality[image_embeds]``: the image parser, where the fault is;
+3. the same check for video embeddings and audio (pass in the restarted process).
+
+The report must name the fault and the check, keep the results before it, carry on after it,
+and exit non-zero. The time, memory and restart limits are set low so that each run takes
+seconds; their defaults are for honest checks on slow machines.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harness.results import REPORT_SCHEMA
+from harness.targets.mutants import FAULTS, installed_model_file, write_mutant
+from suites.harness.helpers import ROOT, needs_vllm, validate
+
+pytestmark = [pytest.mark.vllm, pytest.mark.slow, needs_vllm]
+
+BEFORE = (
+    "suites/conformance/test_lora.py::"
+    "test_lora_metadata_equals_the_language_models[embedding_modules]"
+)
+FORMS = "suites/conformance/test_routing.py::test_each_form_reaches_its_modality"
+FAULTY = f"{FORMS}[image_embeds]"
+AFTER = (f"{FORMS}[video_embeds]", f"{FORMS}[input_audio_features]")
+SELECTION = "embedding_modules or (test_each_form_reaches_its_modality and not pixel)"
+#: Well above the honest checks of the selection (about 10 s on a 2-core machine, the model build
+#: included), well below the default.
+CHECK_TIMEOUT_S = 45
+#: The selection peaks near 1 GiB; the fault allocates 64 MiB at a time without bound.
+MEMORY_LIMIT_GIB = 3
+
+
+@dataclass
+class MainJob:
+    returncode: int
+    output: str
+    report: dict[str, Any] | None
+    seconds: float
+
+    @property
+    def target(self) -> dict[str, Any]:
+        assert self.report is not None, f"no report written; output:\n{self.output[-3000:]}"
+        (target,) = self.report["targets"]
+        return target
+
+    def outcome(self, check: str) -> dict[str, Any] | None:
+        assert self.report is not None, f"no report written; output:\n{self.output[-3000:]}"
+        for entry in self.report["checks"]:
+            if entry["id"] == check:
+                (result,) = entry["results"].values()
+                return result
+        return None
+
+
+def main_job_command(target: str, out: Path, *options: str) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "harness.conformance",
+        "--target",
+        target,
+        "--out",
+        str(out),
+        f"--check-timeout={CHECK_TIMEOUT_S}",
+        f"--memory-limit={MEMORY_LIMIT_GIB}",
+        *options,
+        "--",
+        "-k",
+        SELECTION,
+    ]
+
+
+def read_report(out: Path) -> dict[str, Any] | None:
+    path = out / "conformance.json"
+    if not path.is_file():
+        return None
+    report: dict[str, Any] = json.loads(path.read_text())
+    validate(report, REPORT_SCHEMA)
+    return report
+
+
+def run_main_job(fault: str, tmp_path: Path, *options: str) -> MainJob:
+    target = f"vllm-file:{write_mutant(fault, tmp_path / 'src')}"
+    out = tmp_path / "reports"
+    start = time.monotonic()
+    proc = subprocess.run(
+        main_job_command(target, out, *options),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=600,  # far above the limits set: the supervisor must end the run first
+    )
+    return MainJob(
+        proc.returncode, proc.stdout + proc.stderr, read_report(out), time.monotonic() - start
+    )
+
+
+def test_every_fault_is_a_mutant_of_the_installed_file(tmp_path: Path) -> None:
+    """Each fault applies to the installed vLLM: its pattern is found exactly once (else
+    ``MutationError``) and the file it writes differs from the installed one."""
+    installed = installed_model_file().read_text()
+    for name in FAULTS:
+        assert write_mutant(name, tmp_path / name).read_text() != installed, name
+
+
+IN_CHECK_FAULTS = {
+    # fault: (incident kind, the check's outcome, words of its reason, exit status, target status)
+    "image-parser-loops": (
+        "timeout",
+        "fail",
+        f"exceeded the check time limit of {CHECK_TIMEOUT_S} s",
+        1,
+        "failed",
+    ),
+    "image-parser-allocates": (
+        "memory",
+        "fail",
+        f"over the memory limit of {MEMORY_LIMIT_GIB} GiB",
+        1,
+        "failed",
+    ),
+    "image-parser-exits-0": (
+        "crash",
+        "error",
+        "the target process died during this check: exited with status 0",
+        2,
+        "crashed",
+    ),
+    "image-parser-segfaults": (
+        "crash",
+        "error",
+        "the target process died during this check: killed by SIGSEGV",
+        2,
+        "crashed",
+    ),
+}
+
+
+@pytest.mark.parametrize("fault", sorted(IN_CHECK_FAULTS))
+def test_a_fault_in_a_check_fails_it_and_the_run_goes_on(tmp_path: Path, fault: str) -> None:
+    kind, outcome, words, status, target_status = IN_CHECK_FAULTS[fault]
+    job = run_main_job(fault, tmp_path)
+    assert job.returncode == status, job.output[-3000:]
+    assert job.target["status"] == target_status
+    (incident,) = job.target["incidents"]
+    assert (incident["kind"], incident["check"]) == (kind, FAULTY), incident
+    assert job.target["restarts"] == 1
+    # The check before the fault kept its result; the faulty one names the fault; the checks
+    # after it ran in a restarted process.
+    assert (job.outcome(BEFORE) or {}).get("outcome") == "pass", job.outcome(BEFORE)
+    faulty = job.outcome(FAULTY)
+    assert faulty is not None
+    assert faulty["outcome"] == outcome, faulty
+    assert words in faulty["reason"], faulty
+    assert "the run went on from the next check" in faulty["reason"], faulty
+    for check in AFTER:
+        result = job.outcome(check)
+        assert result is not None, check
+        assert result["outcome"] == "pass", (check, result)
+    markdown = (tmp_path / "reports" / "conformance.md").read_text()
+    assert f"**{kind}** in `{FAULTY}`" in markdown
+
+
+@pytest.mark.parametrize(
+    ("fault", "cause"),
+    [
+        ("import-raises", "RuntimeError: fault injected at import"),
+        ("syntax-error", ":10: syntax error: "),
+    ],
+)
+def test_a_module_that_cannot_import_stops_its_target_with_the_cause(
+    tmp_path: Path, fault: str, cause: str
+) -> None:
+    job = run_main_job(fault, tmp_path)
+    assert job.returncode == 2, job.output[-3000:]
+    assert job.target["status"] == "could not run"
+    assert cause in job.target["problem"], job.target["problem"]
+    assert not job.target["incidents"]
+
+
+def test_restarts_run_out_and_the_run_is_incomplete(tmp_path: Path) -> None:
+    job = run_main_job("image-parser-exits-0", tmp_path, "--max-restarts=0")
+    assert job.returncode == 2, job.output[-3000:]
+    assert job.target["status"] == "crashed"
+    kinds = [i["kind"] for i in job.target["incidents"]]
+    assert kinds == ["crash", "gave up"], job.target["incidents"]
+    assert (
+        f"stopped after 0 restarts; {len(AFTER)} checks were not run"
+        in (job.target["incidents"][1]["detail"])
+    )
+    assert all(job.outcome(check) is None for check in AFTER)
+
+
+def test_an_interrupted_run_still_writes_its_report(tmp_path: Path) -> None:
+    """SIGTERM (as CI sends at its own time limit) while a check loops: the report keeps the
+    check that finished, names the one that was running, and no target process is left."""
+    target = f"vllm-file:{write_mutant('image-parser-loops', tmp_path / 'src')}"
+    out = tmp_path / "reports"
+    proc = subprocess.Popen(
+        main_job_command(target, out, "--check-timeout=600"),
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    progress = next_progress_file(out)
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and proc.poll() is None:
+        if progress() == FAULTY:
+            break
+        time.sleep(0.2)
+    else:
+        proc.kill()
+        pytest.fail(f"the looping check never started; output:\n{proc.communicate()[0][-3000:]}")
+    time.sleep(1.0)  # inside the loop now
+    children = target_processes(out)
+    proc.send_signal(signal.SIGTERM)
+    output, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 2, output[-3000:]
+    job = MainJob(proc.returncode, output, read_report(out), 0.0)
+    assert job.target["status"] == "interrupted"
+    (incident,) = job.target["incidents"]
+    assert (incident["kind"], incident["check"], incident["detail"]) == (
+        "interrupted",
+        FAULTY,
+        "SIGTERM",
+    )
+    assert (job.outcome(BEFORE) or {}).get("outcome") == "pass", job.outcome(BEFORE)
+    assert children, "the target's pytest process was not found while it ran"
+    for pid in children:
+        assert not alive(pid), f"target process {pid} outlived the interrupted run"
+
+
+def next_progress_file(out: Path) -> Any:
+    def read() -> str:
+        for path in out.glob(".progress-*"):
+            try:
+                return path.read_text().strip()
+            except OSError:
+                return ""
+        return ""
+
+    return read
+
+
+def target_processes(out: Path) -> list[int]:
+    """Processes whose command line names this run's results file (the target's pytest)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes().decode(errors="replace")
+        except OSError:
+            continue
+        if f"--results-json={out}" in cmdline and "pytest" in cmdline:
+            found.append(int(entry))
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
