@@ -9,21 +9,70 @@ import torch
 
 #: Exception types a user can act on (our field errors are ValueErrors). AssertionError (a bare
 #: ``assert`` in model code), KeyError and other lookup errors (a bare ``kwargs[key]`` says
-#: neither what was expected nor what was given) and RuntimeError (torch's own errors, e.g.
-#: tensor truthiness) are not clear errors. A clear error names the caller's key, not an
-#: internal field.
+#: neither what was expected nor what was given), IndexError and RuntimeError (torch's own
+#: errors, e.g. tensor truthiness) are not clear errors.
 CLEAR_ERROR_TYPES: tuple[type[BaseException], ...] = (ValueError, TypeError)
+#: Words by which a message states what was expected ...
+EXPECTED_CUES = (
+    "expect",
+    "must",
+    "should",
+    "require",
+    "only",
+    "either",
+    "available",
+    "allowed",
+    "supported",
+    "missing",
+    "unexpected",
+    "mismatch",
+)
+#: ... and what was given (``missing`` / ``unexpected`` / ``mismatch`` say both at once).
+GIVEN_CUES = (
+    "got",
+    "given",
+    "but",
+    "found",
+    "received",
+    "instead",
+    "there is no",
+    "missing",
+    "unexpected",
+    "mismatch",
+)
+
+
+def clear_error_problem(exc: BaseException, fields: Sequence[str]) -> str | None:
+    """Why ``exc`` is not a clear error for a caller who gave ``fields``; None when it is.
+
+    One meaning for every suite: a ValueError or TypeError whose message names one of the
+    caller's keys (not an internal field such as a schema's ``data``), states what was expected
+    and what was given.
+    """
+    if not isinstance(exc, CLEAR_ERROR_TYPES):
+        return f"a {type(exc).__name__} is not one of the clear error types"
+    message = str(exc)
+    if not any(f in message for f in fields):
+        return f"the message names none of the caller's keys {list(fields)}"
+    lowered = message.lower()
+    if not any(cue in lowered for cue in EXPECTED_CUES):
+        return "the message does not say what was expected"
+    if not any(cue in lowered for cue in GIVEN_CUES):
+        return "the message does not say what was given"
+    return None
 
 
 def is_clear_error(exc: BaseException, fields: Sequence[str]) -> bool:
-    """An actionable exception whose message names one of ``fields``."""
-    return isinstance(exc, CLEAR_ERROR_TYPES) and any(f in str(exc) for f in fields)
+    """An actionable exception: see :func:`clear_error_problem`."""
+    return clear_error_problem(exc, fields) is None
 
 
 def assert_clear_error(exc: BaseException, fields: Sequence[str]) -> None:
-    assert is_clear_error(exc, fields), (
-        f"expected a clear error (one of {[t.__name__ for t in CLEAR_ERROR_TYPES]}) naming one "
-        f"of {list(fields)}, got {type(exc).__name__}: {exc}"
+    problem = clear_error_problem(exc, fields)
+    assert problem is None, (
+        f"expected a clear error naming one of {list(fields)}, got {type(exc).__name__}: {exc}\n"
+        f"(not clear: {problem}; a clear error is a ValueError or TypeError naming the caller's "
+        "key, what was expected and what was given)"
     )
 
 

@@ -122,6 +122,7 @@ class ResultsRecorder:
         self.path = Path(config.getoption("--results-json"))
         self.check_ids: set[str] = set()
         self.runs_on: dict[str, str | None] = {}
+        self.self_consistency: dict[str, str] = {}
         self.results: dict[str, CheckResult] = {}
         self.build_timings: dict[str, dict[str, float]] = {}
         if config.getoption("--resume") and self.path.is_file():
@@ -138,6 +139,11 @@ class ResultsRecorder:
     ) -> None:
         self.check_ids = {item.nodeid for item in items if is_check(item)}
         self.runs_on = {item.nodeid: check_path(item) for item in items if is_check(item)}
+        self.self_consistency = {
+            item.nodeid: str(marker.args[0])
+            for item in items
+            if is_check(item) and (marker := item.get_closest_marker("self_consistency"))
+        }
         done = [item for item in items if item.nodeid in self.results]
         if done:  # resuming: what an earlier process finished is not run again
             items[:] = [item for item in items if item.nodeid not in self.results]
@@ -175,6 +181,8 @@ class ResultsRecorder:
         measured = properties.get("measured")
         if isinstance(measured, dict) and measured:  # numbers the check measured (parity)
             result["measured"] = measured
+        if report.nodeid in self.self_consistency:
+            result["self_consistency"] = self.self_consistency[report.nodeid]
         self.results[report.nodeid] = result
 
     def pytest_runtest_logfinish(self, nodeid: str) -> None:

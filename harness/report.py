@@ -55,6 +55,8 @@ def _cell(check: dict[str, Any] | None) -> str:
         return "—"
     outcome, reason = check["outcome"], check.get("reason", "")
     runs_on = f" [{check['runs_on']}]" if check.get("runs_on") else ""
+    if check.get("self_consistency"):
+        runs_on += " (self-consistency)"
     if outcome == "pass":
         return "pass" + runs_on
     label = {"fail": "**FAIL**", "error": "**ERROR**", "xpass": "**XPASS**"}.get(outcome, outcome)
@@ -234,6 +236,7 @@ def render_markdown(report: Report) -> str:
             for what, steps in t["build_timings"].items():
                 parts = ", ".join(f"{k.removesuffix('_s')} {v}" for k, v in steps.items())
                 lines.append(f"- `{t['selector']}` {what}: {parts}")
+    lines += _self_consistency_section(report)
     lines += _reach_section(targets) + _measured_section(targets)
     lines += ["", "Files under test:", ""]
     for t in targets:
@@ -288,6 +291,29 @@ def _incident_section(targets: list[dict[str, Any]]) -> list[str]:
     ]
     if usage:
         lines += ["", "Supervision (wall time per check includes its set-up):", "", *usage]
+    return lines
+
+
+def _self_consistency_section(report: Report) -> list[str]:
+    """Checks whose expectation comes from the target itself (order, determinism, threads):
+    they catch a target that disagrees with itself, not one that is consistently wrong."""
+    found: dict[str, str] = {}
+    for check in report["checks"]:
+        for result in check["results"].values():
+            if result is not None and result.get("self_consistency"):
+                found[check["id"]] = result["self_consistency"]
+    if not found:
+        return []
+    lines = [
+        "",
+        f"Self-consistency checks ({len(found)}): each compares a target with itself, not with "
+        "an expectation from outside it (the other checks' expectations come from the "
+        "architecture's formulas, hand-worked tables or the other implementation):",
+        "",
+    ]
+    lines += [
+        f"- `{cid.removeprefix(SHORT_PREFIX)}`: {what}" for cid, what in sorted(found.items())
+    ]
     return lines
 
 

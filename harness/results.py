@@ -53,6 +53,7 @@ class CheckResult(TypedDict):
     actual_cause: NotRequired[str]  # the exception behind an expected failure
     reach: NotRequired[str]  # how a user reaches the known deviation
     measured: NotRequired[dict[str, Any]]  # numbers the check measured (parity errors)
+    self_consistency: NotRequired[str]  # what a check compares the target with itself on
 
 
 class TargetResults(TypedDict):

@@ -88,6 +88,7 @@ def run_in_threads(work: list[Callable[[], object]], calls_per_thread: int) -> T
     return ThreadedRun(done[0], errors, wrong[0])
 
 
+@pytest.mark.self_consistency("results under 32 threads against the same calls made one at a time")
 def test_shared_tokenizer_under_32_threads(target):
     tokenizer = build_tokenizer()
     metadata = target.metadata(ModelSpec(), tokenizer)

@@ -19,7 +19,6 @@ import torch
 
 from harness.checkpoint import ModelSpec
 from reference_impl import presets
-from reference_impl.dummy import mamba_state_dtypes, mamba_state_shapes
 from reference_impl.tokenizer import VOCAB_SIZE
 
 PRESETS = ("nemotron_nano_12b_v2_vl", "nemotron_3_nano_omni")
@@ -33,12 +32,19 @@ def shrunk(name: str):
 @pytest.mark.parametrize("name", PRESETS)
 @pytest.mark.parametrize("tp_size", [1, 2])
 def test_state_shapes_match_the_reference_without_deep_copies(target, name, tp_size):
+    """The architecture's Mamba2 state per sequence and layer, written here: the conv window
+    ``(conv_dim / tp, K - 1)`` with ``conv_dim = heads * head_dim + 2 * groups * N`` and the SSM
+    state ``(heads / tp, head_dim, N)``; the conv state in the model's dtype (bf16), the SSM
+    state in the configured ``mamba_ssm_cache_dtype`` (fp32)."""
     text = shrunk(name).text_config
+    heads, head_dim = text.mamba_num_heads, text.mamba_head_dim
+    groups, state_size = text.n_groups, text.ssm_state_size
+    assert groups % tp_size == 0, "no extra groups for this tensor-parallel size"
+    conv_dim = heads * head_dim + 2 * groups * state_size
     state = target.mamba_state(text, tp_size)
-    conv, ssm = mamba_state_shapes(text, tp_size)
-    assert state.conv_shape == conv
-    assert state.ssm_shape == ssm
-    assert state.dtypes == mamba_state_dtypes(torch.bfloat16, "auto", "float32")
+    assert state.conv_shape == (conv_dim // tp_size, text.conv_kernel - 1)
+    assert state.ssm_shape == (heads // tp_size, head_dim, state_size)
+    assert state.dtypes == (torch.bfloat16, torch.float32)
 
 
 #: Minimal-layer overrides, each in the form a user writes it, with the pattern it must build.

@@ -136,6 +136,7 @@ def test_request_is_processed_and_embedded(request_runs, form):
             assert torch.equal(a, b), "cached processing embeds differently"
 
 
+@pytest.mark.self_consistency("each item in a request against the same item in a request alone")
 @pytest.mark.parametrize("form", SEVERAL_MEDIA)
 def test_items_embed_as_they_do_alone(request_runs, form):
     """Batching and mixing must not change an item's embedding: each item of the request, sent
@@ -190,6 +191,7 @@ def test_a_very_thin_image_is_processed(make_model):
     _items_and_rows_agree(request, result, model.spec.hidden_size)
 
 
+@pytest.mark.self_consistency("requests under 32 threads against the same requests one at a time")
 def test_requests_through_one_processor_under_32_threads(request_runs):
     model = request_runs.model("mixed")
     forms = ("images-pil", "audios", "video-t1", "mixed")  # one checkpoint: one processor

@@ -20,7 +20,6 @@ from harness.assertions import (
     is_clear_error,
     raises_clear_error,
 )
-from reference_impl.audio import subsampled_length
 from reference_impl.processor import video_replacement_ids
 from reference_impl.tokenizer import shared_tokenizer
 
@@ -80,18 +79,28 @@ def test_videos_fill_their_whole_replacement(model):
         assert tuple(out[i].shape) == (len(ids), model.spec.hidden_size), f"video {i}"
 
 
+def encoder_frames(feature_frames: int, kernel: int, stride: int, factor: int) -> int:
+    """The architecture's Parakeet subsampling length, written here from the brief: log2(factor)
+    times ``L = floor((L + add_pad) / stride + 1)`` with ``add_pad = ((k - 1) // 2) * 2 - k``."""
+    length = feature_frames
+    for _ in range(factor.bit_length() - 1):
+        length = (length + ((kernel - 1) // 2) * 2 - kernel) // stride + 1
+    return length
+
+
 def test_audio_gives_valid_frames_only(model):
     """Audio: each item concatenates its clips' valid (unpadded) encoder frames, as many as the
-    encoder's strided convolutions leave of each clip's valid feature frames (the
-    architecture's formula, in the reference's ``subsampled_length``)."""
+    encoder's strided convolutions leave of each clip's valid feature frames."""
     group = inputs.audio_features(model.spec, [2, 1], frames=40)
     mask = group.kwargs["feature_attention_mask"]
     sound = model.spec.vl_config().sound_config
-    valid = [subsampled_length(int(m.sum()), sound) for m in mask]
+    conv = (sound.subsampling_conv_kernel_size, sound.subsampling_conv_stride)
+    valid = [encoder_frames(int(m.sum()), *conv, sound.subsampling_factor) for m in mask]
     out = model.embed_multimodal(**group.kwargs)
     assert [o.shape[0] for o in out] == [valid[0] + valid[1], valid[2]]
 
 
+@pytest.mark.self_consistency("modalities together against each modality alone")
 @pytest.mark.parametrize(
     "order",
     list(
@@ -119,6 +128,7 @@ def test_audio_position_set_by_any_audio_key(model):
     assert list(model.parse(**kwargs)) == ["audios", "images"]
 
 
+@pytest.mark.self_consistency("a call with unrelated arguments against the same call without")
 def test_unrelated_kwargs_are_ignored(model):
     """The model receives other arguments too; they change nothing."""
     groups = [one_group(model.spec, "video_embeds"), one_group(model.spec, "pixel_values_flat")]
@@ -173,6 +183,9 @@ VARIANTS = {
 }
 
 
+@pytest.mark.self_consistency(
+    "outputs of a mixed call against each group alone (the output count is independent)"
+)
 @pytest.mark.parametrize("variant", VARIANTS)
 @settings(suppress_health_check=[HealthCheck.function_scoped_fixture])  # a factory: new model each
 @given(data=st.data())

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.assertions import is_clear_error, raises_clear_error
+from harness.assertions import clear_error_problem, is_clear_error, raises_clear_error
 from reference_impl.errors import FieldError
 
 
@@ -18,6 +18,16 @@ from reference_impl.errors import FieldError
         (KeyError("image_embeds"), False),  # a bare lookup: nothing expected, nothing given
         (AssertionError("image_embeds"), False),
         (RuntimeError("image_embeds: Boolean value of Tensor is ambiguous"), False),
+        (IndexError("image_embeds: index 3 is out of bounds, got 3"), False),
+        (ValueError("image_embeds is wrong"), False),  # neither what was expected nor given
+        (ValueError("image_embeds: expected rank 3"), False),  # not what was given
+        (ValueError("bad image_embeds: got rank 4"), False),  # not what was expected
+        # vLLM's own wording, which meets the rule:
+        (ValueError("image_embeds dim[1] expected 't'=12, got 11"), True),
+        (
+            ValueError("image_embeds [0] hidden dimension mismatch: got 65, but model expects 64"),
+            True,
+        ),
     ],
 )
 def test_clear_errors_name_the_callers_key_in_a_value_or_type_error(exc, clear):
@@ -27,3 +37,18 @@ def test_clear_errors_name_the_callers_key_in_a_value_or_type_error(exc, clear):
 def test_a_call_that_succeeds_is_not_a_clear_error():
     with pytest.raises(AssertionError, match="the call succeeded"), raises_clear_error("x"):
         pass
+
+
+@pytest.mark.parametrize(
+    ("exc", "problem"),
+    [
+        (KeyError("image_embeds"), "a KeyError is not one of the clear error types"),
+        (ValueError("data: expected rank 3, got 4"), "names none of the caller's keys"),
+        (ValueError("image_embeds: rank 4"), "does not say what was expected"),
+        (ValueError("image_embeds: expected rank 3"), "does not say what was given"),
+    ],
+)
+def test_the_reason_an_error_is_unclear_is_stated(exc, problem):
+    assert problem in clear_error_problem(exc, ["image_embeds"])
+    with pytest.raises(AssertionError, match=problem), raises_clear_error("image_embeds"):
+        raise exc

@@ -338,3 +338,29 @@ def test_the_reader_names_missing_fields(tmp_path):
     path.write_text(json.dumps(document))
     with pytest.raises(ResultsError, match=r"expected the fields \['checks'\]"):
         read_results(path)
+
+
+def test_self_consistency_checks_are_labelled(tmp_path):
+    """A check marked ``self_consistency`` (it compares the target with itself) carries the label
+    into the results and the report; the others do not."""
+    from suites.harness.helpers import run_suites
+
+    run = run_suites(
+        tmp_path,
+        "-k",
+        "unrelated_kwargs_are_ignored or audio_gives_valid_frames_only",
+        suite="suites/conformance/test_routing.py",
+    )
+    assert run.returncode == 0, run.output[-3000:]
+    labelled = {c["id"]: c.get("self_consistency") for c in run.results["checks"]}
+    routing = "suites/conformance/test_routing.py::"
+    assert labelled == {
+        f"{routing}test_unrelated_kwargs_are_ignored": (
+            "a call with unrelated arguments against the same call without"
+        ),
+        f"{routing}test_audio_gives_valid_frames_only": None,
+    }
+    markdown = render_markdown(report_of([TargetRun("reference", 0, run.results)]))
+    assert "| `test_routing.py::test_unrelated_kwargs_are_ignored` | pass [real model] " in markdown
+    assert "(self-consistency) |" in markdown
+    assert "Self-consistency checks (1)" in markdown
