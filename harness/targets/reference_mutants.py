@@ -33,22 +33,27 @@ def _deepcopy_live_config() -> None:
     dummy.text_config_of = copying
 
 
+#: A long prompt template (its tokenisation takes long enough for threads to overlap).
+TEMPLATE = "Frame 1 sampled at 0.00 seconds: <image> describe the video. " * 100
+
+
 def _processor_in_metadata() -> None:
+    from harness.targets.reference.target import ConfigMetadata
     from reference_impl import processor
-    from reference_impl.tokenizer import shared_tokenizer
 
-    original = processor.supports_video
+    original = ConfigMetadata.supports_video
 
-    def building(config: Any) -> bool:
-        tokenizer = shared_tokenizer()
-        processor.NanoNemotronVLProcessor(config, tokenizer)
-        tokenizer.backend_tokenizer.enable_truncation(16)
-        try:
-            return original(config)
-        finally:
-            tokenizer.backend_tokenizer.no_truncation()
+    def building(self: ConfigMetadata) -> bool:
+        # As upstream: answering builds a processor around the tokenizer every thread shares,
+        # and the construction uses that tokenizer with settings of its own: here it tokenises
+        # its prompt template truncated to 2 ids. A fast tokenizer keeps truncation on the one
+        # Rust object every thread shares: a thread tokenising meanwhile gets truncated ids, or
+        # the tokenizer's "Already borrowed" error.
+        built = self._answer(lambda: processor.NanoNemotronVLProcessor(self.config, self.tokenizer))
+        self.tokenizer(TEMPLATE, truncation=True, max_length=2)  # type: ignore[operator]
+        return built is not None and original(self)
 
-    processor.supports_video = building
+    ConfigMetadata.supports_video = building  # type: ignore[method-assign]
 
 
 def _lora_wrapper_on_video_markers() -> None:

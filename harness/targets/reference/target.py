@@ -73,8 +73,11 @@ CHECK_PATHS = {
 class ConfigMetadata(ProcessorMetadata):
     """The reference's metadata functions of the config, counting processor constructions."""
 
-    def __init__(self, config: VLConfig) -> None:
+    def __init__(self, config: VLConfig, tokenizer: object) -> None:
         self.config = config
+        # The tokenizer the engine shares, as vLLM's processing info holds it; the reference's
+        # answers never touch it (a mutant that builds a processor in a metadata call does).
+        self.tokenizer = tokenizer
         self.constructions = 0
 
     def _answer(self, question: Callable[[], _T]) -> _T:
@@ -300,7 +303,7 @@ class ReferenceTarget(Target):
     def metadata(
         self, spec: ModelSpec, tokenizer: object, *, fresh: bool = False
     ) -> ProcessorMetadata:
-        return ConfigMetadata(spec.vl_config())  # a new config on every call
+        return ConfigMetadata(spec.vl_config(), tokenizer)  # a new config on every call
 
     def video_replacement(
         self,
