@@ -20,7 +20,6 @@ from harness.assertions import (
     is_clear_error,
     raises_clear_error,
 )
-from reference_impl.processor import video_replacement_ids
 from reference_impl.tokenizer import shared_tokenizer
 
 pytestmark = pytest.mark.concern("model")
@@ -73,10 +72,19 @@ def test_videos_fill_their_whole_replacement(model):
     frames = [2, 3]
     group = inputs.video_pixels(model.spec, frames)
     out = model.embed_multimodal(**group.kwargs)
-    per_frame = model.spec.tokens_per_tile
+    tokenizer = shared_tokenizer()
     for i, n in enumerate(frames):
-        ids = video_replacement_ids(shared_tokenizer(), [per_frame] * n, list(range(n)), 500)
-        assert tuple(out[i].shape) == (len(ids), model.spec.hidden_size), f"video {i}"
+        # The architecture's replacement (T = 1, frames 0..n-1 at 500 ms): per frame the
+        # separator's own tokens, <img>, the frame's context tokens, </img>.
+        separators = [
+            ("\n" if k else "") + f"Frame {k + 1} sampled at {k * 500 / 1000:.2f} seconds: "
+            for k in range(n)
+        ]
+        separator_tokens = sum(
+            len(tokenizer.encode(text, add_special_tokens=False)) for text in separators
+        )
+        rows = separator_tokens + n * (1 + model.spec.tokens_per_tile + 1)
+        assert tuple(out[i].shape) == (rows, model.spec.hidden_size), f"video {i}"
 
 
 def encoder_frames(feature_frames: int, kernel: int, stride: int, factor: int) -> int:
