@@ -57,6 +57,8 @@ DEFAULT_MAX_RESTARTS = 5
 POLL_S = 0.05
 KILL_GRACE_S = 5.0
 TAIL_LINES = 40
+#: Whether a process group's memory can be read (Linux ``/proc``); elsewhere the limit is off.
+MEMORY_VISIBLE = os.path.exists("/proc/self/statm")
 #: pytest's exit statuses for a run it stopped or refused (interrupted, internal error, usage).
 PYTEST_REFUSED = (2, 3, 4)
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
@@ -224,6 +226,12 @@ class Supervisor:
 
     def run(self) -> Supervised:
         self.started = time.monotonic()
+        if not MEMORY_VISIBLE:
+            print(
+                "harness.supervisor: no /proc on this system: the memory limit is not enforced",
+                file=sys.stderr,
+                flush=True,
+            )
         resume = False
         while True:
             done_before = self._checks_done()
