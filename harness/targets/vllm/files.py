@@ -9,6 +9,7 @@ some of the model's modules are replaced, the installed VL module is re-executed
 from __future__ import annotations
 
 import importlib.util
+import re
 import sys
 import types
 from collections.abc import Sequence
@@ -106,7 +107,9 @@ def _exec_in_place(name: str, path: Path) -> None:
     try:
         spec.loader.exec_module(module)
     except ImportError as e:
-        missing = e.name or str(e)
+        # "cannot import name 'X' from 'M'": the name is what is missing, not the module.
+        named = re.match(r"cannot import name '([^']+)'", str(e))
+        missing = f"{named.group(1)} (from {e.name})" if named else (e.name or str(e))
         raise TargetLoadError(
             f"vllm-file: {path}: the installed vLLM {vllm_version()} lacks {missing!r} "
             f"({e}); this file needs a newer or different vLLM"

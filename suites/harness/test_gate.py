@@ -1,0 +1,171 @@
+"""The pull-request gate on a small vLLM checkout made at test time: the installed vLLM's model
+file on a base commit, and a changed commit (a seeded bug, a fixed known deviation, an unrelated
+file, a file that needs a newer vLLM). Each run is narrowed with ``-k`` to the checks of the
+change's class, so that it takes seconds, not a full conformance run per side."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness.targets.mutants import MODEL_FILE, MUTATIONS, installed_model_file
+from suites.harness.helpers import ROOT, needs_vllm
+
+pytestmark = [pytest.mark.vllm, pytest.mark.slow, needs_vllm]
+
+PASSTHROUGH = "suites/conformance/test_passthrough.py::"
+
+
+def commit(repo: Path, message: str) -> str:
+    subprocess.run(["git", "-C", str(repo), "add", "-A"], check=True)
+    subprocess.run(
+        [
+            "git",
+            "-C",
+            str(repo),
+            "-c",
+            "user.email=gate@test",
+            "-c",
+            "user.name=gate",
+            "commit",
+            "-qm",
+            message,
+        ],
+        check=True,
+    )
+    return subprocess.run(
+        ["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+
+
+@pytest.fixture
+def checkout(tmp_path: Path) -> tuple[Path, str]:
+    """A git repository with the installed model file at its path in vLLM, and its base commit."""
+    repo = tmp_path / "vllm-checkout"
+    (repo / MODEL_FILE).parent.mkdir(parents=True)
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    (repo / MODEL_FILE).write_text(installed_model_file().read_text())
+    (repo / "README.md").write_text("a vLLM checkout\n")
+    return repo, commit(repo, "base: as released")
+
+
+def run_gate(repo: Path, base: str, head: str | None, out: Path, *pytest_args: str):
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "harness.gate",
+            "--repo",
+            str(repo),
+            "--base",
+            base,
+            *(["--head", head] if head else []),
+            "--out",
+            str(out),
+            "--no-cache",
+            *(["--", *pytest_args] if pytest_args else []),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=900,
+    )
+    report = json.loads((out / "gate.json").read_text()) if (out / "gate.json").is_file() else None
+    return proc, report
+
+
+def test_a_seeded_bug_is_a_regression_with_its_rerun_command(checkout, tmp_path):
+    repo, base = checkout
+    model = repo / MODEL_FILE
+    model.write_text(MUTATIONS["image-embeds-walrus-truthiness"].apply(model.read_text()))
+    head = commit(repo, "check image_embeds by truth value")
+    proc, report = run_gate(repo, base, head, tmp_path / "out", "-k", "pass_through_verbatim")
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    regressions = {r["id"]: r for r in report["regressions"]}
+    assert set(regressions) == {
+        f"{PASSTHROUGH}test_embeddings_pass_through_verbatim[{n}-stacked-image_embeds]"
+        for n in (1, 2, 5)
+    }
+    for entry in regressions.values():
+        assert entry["base"] == "pass"
+        assert "Boolean value of Tensor" in entry["head"]["reason"]
+        words = shlex.split(entry["rerun"])
+        assert words[:4] == ["python", "-m", "pytest", entry["id"]], words
+        assert words[4] == f"--target=vllm-file:{tmp_path / 'out' / 'head' / 'src' / MODEL_FILE}"
+    assert report["fixed_deviations"] == []
+    markdown = (tmp_path / "out" / "gate.md").read_text()
+    assert "**3 regression(s)** (exit status 1)" in markdown
+    assert "Unchanged: 9 checks (9 pass)." in markdown
+
+
+def test_a_fixed_known_deviation_is_good_news(checkout, tmp_path):
+    """Ragged image embeddings: declaring the row dimension dynamic fixes the known deviation."""
+    repo, base = checkout
+    model = repo / MODEL_FILE
+    source = model.read_text()
+    declared = (
+        '    data: Annotated[torch.Tensor | list[torch.Tensor], TensorShape("n", "f", "h")]\n'
+    )
+    image_class = source.index("class NanoNemotronVLImageEmbeddingInputs")
+    at = source.index(declared, image_class)
+    fixed = declared.replace('"h")', '"h", dynamic_dims={"f"})')
+    model.write_text(source[:at] + fixed + source[at + len(declared) :])
+    # Uncommitted: the head is the working tree.
+    proc, report = run_gate(repo, base, None, tmp_path / "out", "-k", "ragged_embedding_lists")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert report["head"] == "working tree"
+    assert [e["id"] for e in report["fixed_deviations"]] == [
+        f"{PASSTHROUGH}test_ragged_embedding_lists_pass_through[image_embeds]"
+    ]
+    assert report["regressions"] == []
+    markdown = (tmp_path / "out" / "gate.md").read_text()
+    assert "delete their entries from `fixtures/deviations/vllm.toml`" in markdown
+
+
+def test_an_unrelated_change_exits_0_without_running(checkout, tmp_path):
+    repo, base = checkout
+    (repo / "README.md").write_text("changed\n")
+    head = commit(repo, "docs")
+    proc, report = run_gate(repo, base, head, tmp_path / "out")
+    assert proc.returncode == 0, proc.stderr
+    assert "touches none of the model's files" in proc.stdout
+    assert report == {
+        "repo": str(repo),
+        "base": base,
+        "head": head,
+        "touched": [],
+        "exit_status": 0,
+    }
+    assert "touches none of the model's files" in (tmp_path / "out" / "gate.md").read_text()
+
+
+def test_a_file_that_needs_a_newer_vllm_exits_2_saying_so(checkout, tmp_path):
+    repo, base = checkout
+    model = repo / MODEL_FILE
+    model.write_text(
+        "from vllm.model_executor.models.utils import a_helper_from_the_future\n"
+        + model.read_text()
+    )
+    head = commit(repo, "use a newer helper")
+    proc, report = run_gate(repo, base, head, tmp_path / "out", "-k", "pass_through_verbatim")
+    assert proc.returncode == 2, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert report["sides"]["head"]["status"] == "could not run"
+    assert (
+        "lacks 'a_helper_from_the_future (from vllm.model_executor.models.utils)'"
+        in report["sides"]["head"]["problem"]
+    )
+    assert "this file needs a newer or different vLLM" in report["sides"]["head"]["problem"]
+
+
+def test_a_bad_revision_exits_2_naming_it(checkout, tmp_path):
+    repo, _ = checkout
+    proc, report = run_gate(repo, "no-such-rev", None, tmp_path / "out")
+    assert proc.returncode == 2
+    assert "no-such-rev" in proc.stderr
+    assert report is None
