@@ -124,12 +124,17 @@ def run_target(
     return TargetRun(selector, status, results, problem, supervised=supervised)
 
 
-def main(argv: list[str] | None = None) -> int:
+def split_pytest_args(argv: list[str] | None) -> tuple[list[str], list[str]]:
+    """A command line's own arguments and the pytest arguments after ``--``."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    extra: list[str] = []
-    if "--" in argv:
-        split = argv.index("--")
-        argv, extra = argv[:split], argv[split + 1 :]
+    if "--" not in argv:
+        return argv, []
+    split = argv.index("--")
+    return argv[:split], argv[split + 1 :]
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv, extra = split_pytest_args(argv)
     parser = argparse.ArgumentParser(
         prog="python -m harness.conformance", description=__doc__.splitlines()[0]
     )

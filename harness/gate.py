@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import ROOT
-from harness.conformance import run_target
+from harness.conformance import run_target, split_pytest_args
 from harness.deviations import deviations_path
 from harness.report import TargetRun, build_report, write_report
 from harness.results import Outcome, ResultsError, TargetStatus, read_results
@@ -292,11 +292,7 @@ def render(
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    extra: list[str] = []
-    if "--" in argv:
-        split = argv.index("--")
-        argv, extra = argv[:split], argv[split + 1 :]
+    argv, extra = split_pytest_args(argv)
     parser = argparse.ArgumentParser(
         prog="python -m harness.gate", description=__doc__.splitlines()[0]
     )

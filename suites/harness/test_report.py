@@ -250,42 +250,30 @@ def test_runner_rejects_bad_limits_naming_the_option(tmp_path, option, message):
 def test_resume_keeps_finished_checks_and_runs_the_rest(tmp_path):
     """What a restarted process does after a fault: the checks already in the results file are
     kept as they are (a recorded FAIL is not run again), the others run."""
-    path = tmp_path / "results.json"
+    from suites.harness.helpers import run_suites
 
     def run(*extra):
-        return subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "pytest",
-                "suites/conformance/test_passthrough.py",
-                "-k",
-                "pass_through_verbatim and image_embeds",
-                f"--results-json={path}",
-                "-p",
-                "no:cacheprovider",
-                "-q",
-                *extra,
-            ],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            check=False,
+        return run_suites(
+            tmp_path,
+            "-k",
+            "pass_through_verbatim and image_embeds",
+            *extra,
+            suite="suites/conformance/test_passthrough.py",
         )
 
+    path = tmp_path / "results.json"  # where run_suites writes
     first = run()
-    assert first.returncode == 0, first.stdout[-3000:]
+    assert first.returncode == 0, first.output[-3000:]
     document = read_results(path)
     ids = [c["id"] for c in document["checks"]]
     assert len(ids) == document["selected"] >= 3
     assert document["complete"]
-    recorded = recorded_timeout(ids[0])
-    document["checks"] = [recorded]  # as the supervisor leaves it after a timeout
+    document["checks"] = [recorded_timeout(ids[0])]  # as the supervisor leaves it after a timeout
     document["complete"] = False
     path.write_text(json.dumps(document))
     second = run("--resume")
-    assert second.returncode == 0, second.stdout[-3000:]
-    assert f"{len(ids) - 1} passed, " in second.stdout
+    assert second.returncode == 0, second.output[-3000:]
+    assert f"{len(ids) - 1} passed, " in second.output
     resumed = read_results(path)
     assert resumed["complete"]
     assert {c["id"]: c["outcome"] for c in resumed["checks"]} == {
