@@ -65,6 +65,7 @@ def run_target(
     extra: list[str],
     limits: Limits,
     interrupt: Interrupt,
+    label: str = "",
 ) -> TargetRun:
     results_path = out_dir / f"results-{slug(selector)}.json"
     progress_path = out_dir / f".progress-{slug(selector)}"
@@ -99,6 +100,7 @@ def run_target(
         limits=limits,
         cwd=ROOT,
         interrupt=interrupt,
+        label=label,
     ).run()
     progress_path.unlink(missing_ok=True)
     status = supervised.exit_status

@@ -26,6 +26,7 @@ needs a newer vLLM says so), a bad option or revision.
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import hashlib
 import json
 import os
@@ -55,6 +56,7 @@ GATE_MODULES = (
 #: Their paths in a vLLM checkout.
 GATE_PATHS = {name.replace(".", "/") + ".py": name for name in GATE_MODULES}
 FAILED = (Outcome.FAIL.value, Outcome.ERROR.value)
+MESSAGE_CHARS = 300
 DEFAULT_CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "nemotron-vl-gate"
 
 
@@ -176,7 +178,7 @@ def run_side(
                 run = TargetRun(selector_for(files), results["exit_status"] or 0, results)
                 return Side(name, rev, files, run, 0.0, cached=True)
     start = time.monotonic()
-    run = run_target(selector_for(files), "cpu", side_out, extra, limits, interrupt)
+    run = run_target(selector_for(files), "cpu", side_out, extra, limits, interrupt, label=name)
     side = Side(name, rev, files, run, round(time.monotonic() - start, 1))
     write_report(build_report([run], command=f"gate {name} side ({rev})"), side_out)
     if key_file is not None and run.results is not None and side.status in ("ok", "failed"):
@@ -263,6 +265,8 @@ def render(
     lines += ["", f"## Regressions ({len(delta.regressions)})", ""]
     for entry in delta.regressions:
         message = " ".join(entry["head"]["reason"].split())
+        if len(message) > MESSAGE_CHARS:
+            message = message[: MESSAGE_CHARS - 3] + "..."  # whole in gate.json
         lines += [
             f"- `{entry['id']}`: {entry['base']} → **{entry['head']['outcome']}**: {message}",
             f"  rerun: `{rerun_command(entry['id'], head)}`",
@@ -347,8 +351,15 @@ def main(argv: list[str] | None = None) -> int:
     with Interrupt().installed() as interrupt:
         base_files = export_side(repo, args.base, touched, out / "base" / "src")
         head_files = export_side(repo, args.head, touched, out / "head" / "src")
-        base = run_side("base", args.base, base_files, out, extra, limits, interrupt, cache)
-        head = run_side("head", head_rev, head_files, out, extra, limits, interrupt, None)
+        # Both sides at once: each is its own supervised process (their output lines prefixed).
+        with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
+            base_future = pool.submit(
+                run_side, "base", args.base, base_files, out, extra, limits, interrupt, cache
+            )
+            head_future = pool.submit(
+                run_side, "head", head_rev, head_files, out, extra, limits, interrupt, None
+            )
+            base, head = base_future.result(), head_future.result()
     delta = compare(base.outcomes, head.outcomes)
     status = gate_status(base, head, delta)
     markdown = render(repo, touched, base, head, delta, status)

@@ -174,12 +174,14 @@ def how_it_ended(returncode: int) -> str:
     return f"exited with status {returncode} before its pytest session ended"
 
 
-def _echo(proc: subprocess.Popen[bytes], tail: collections.deque[str]) -> None:
-    """Copy the child's output to ours as it comes, keeping its last lines for the report."""
+def _echo(proc: subprocess.Popen[bytes], tail: collections.deque[str], label: str) -> None:
+    """Copy the child's output to ours as it comes (each line after ``label`` when two targets
+    run at once), keeping its last lines for the report."""
     assert proc.stdout is not None
     out = sys.stdout.buffer
+    prefix = f"[{label}] ".encode() if label else b""
     for raw in iter(proc.stdout.readline, b""):
-        out.write(raw)
+        out.write(prefix + raw)
         out.flush()
         tail.append(raw.decode(errors="replace").rstrip("\n"))
 
@@ -213,7 +215,9 @@ class Supervisor:
         cwd: Path,
         interrupt: Interrupt,
         env: dict[str, str] | None = None,
+        label: str = "",
     ) -> None:
+        self.label = label
         self.command = command
         self.results = results
         self.progress = progress
@@ -274,7 +278,7 @@ class Supervisor:
             stderr=subprocess.STDOUT,
         )
         tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
-        echo = threading.Thread(target=_echo, args=(proc, tail), daemon=True)
+        echo = threading.Thread(target=_echo, args=(proc, tail, self.label), daemon=True)
         echo.start()
         try:
             return self._watch_process(proc)
