@@ -1,7 +1,8 @@
 """The GitHub Actions workflows, checked statically: they cannot run here.
 
-``actionlint`` checks them where it is installed (its PyPI package downloads the binary from
-GitHub while it builds, which this machine cannot reach); the structural checks below run
+``actionlint`` checks them where it is installed, with ``.github/actionlint.yaml`` (the GPU
+runner's label, the variable that enables it); its PyPI package downloads the binary from GitHub
+while it builds, which this machine cannot reach. The structural checks below run
 everywhere: every command a workflow runs is one this repository's tests run (a nox session the
 noxfile defines, or the gate with options it accepts), the reusable gate is callable
 (``workflow_call``), and the GPU job cannot queue on a repository without a GPU runner.
