@@ -43,8 +43,9 @@ SELECTION = "embedding_modules or (test_each_form_reaches_its_modality and not p
 #: Well above the honest checks of the selection (about 10 s on a 2-core machine, the model build
 #: included), well below the default.
 CHECK_TIMEOUT_S = 45
-#: The selection peaks near 1 GiB; the fault allocates 64 MiB at a time without bound.
-MEMORY_LIMIT_GIB = 3
+#: The selection peaks at 2.7 to 3.1 GiB honestly (vLLM's import and the model, measured on two
+#: checkouts); the fault allocates 64 MiB at a time without bound.
+MEMORY_LIMIT_GIB = 6
 
 
 @dataclass
