@@ -41,7 +41,7 @@ from typing import Any
 from harness import ROOT
 from harness.conformance import run_target, split_pytest_args
 from harness.deviations import deviations_path
-from harness.report import TargetRun, build_report, write_report
+from harness.report import TargetRun, build_report, run_status, write_report
 from harness.results import Outcome, ResultsError, TargetStatus, read_results
 from harness.supervisor import Interrupt, Limits
 from harness.targets.vllm.files import MODEL_FAMILY_MODULES
@@ -147,7 +147,7 @@ class Side:
 
     @property
     def status(self) -> str:
-        return str(build_report([self.run])["targets"][0]["status"])
+        return run_status(self.run).value
 
     @property
     def outcomes(self) -> dict[str, dict[str, Any]]:

@@ -8,7 +8,6 @@ between checks), and ``--resume`` keeps the checks already in the results file a
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -22,6 +21,7 @@ from harness.results import (
     ResultsError,
     TargetResults,
     read_results,
+    replace_text,
     write_results,
 )
 
@@ -63,19 +63,13 @@ class ProgressFile:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.set("")
-
-    def set(self, nodeid: str) -> None:
-        part = self.path.with_name(f".{self.path.name}.part")
-        part.write_text(nodeid)
-        os.replace(part, self.path)
+        replace_text(path, "")
 
     def pytest_runtest_logstart(self, nodeid: str) -> None:
-        self.set(nodeid)
+        replace_text(self.path, nodeid)
 
     def pytest_runtest_logfinish(self, nodeid: str) -> None:
-        self.set("")
+        replace_text(self.path, "")
 
 
 def _message(report: pytest.TestReport) -> str:
@@ -125,6 +119,7 @@ class ResultsRecorder:
         self.self_consistency: dict[str, str] = {}
         self.results: dict[str, CheckResult] = {}
         self.build_timings: dict[str, dict[str, float]] = {}
+        self.identity: dict[str, object] | None = None  # hashed once, written after every check
         if config.getoption("--resume") and self.path.is_file():
             try:
                 earlier = read_results(self.path)
@@ -194,9 +189,12 @@ class ResultsRecorder:
 
     def write(self, *, exit_status: int | None, complete: bool) -> None:
         target = current_target(self.config)
+        if self.identity is None:
+            selector = self.config.getoption("--target")
+            self.identity = target.identity().as_dict() | {"selector": selector}
         payload = TargetResults(
             schema_version=SCHEMA_VERSION,
-            target=target.identity().as_dict() | {"selector": self.config.getoption("--target")},
+            target=self.identity,
             device=self.config.getoption("--device"),
             exit_status=exit_status,
             complete=complete,

@@ -139,10 +139,14 @@ def read_results(path: Path) -> TargetResults:
     return cast(TargetResults, data)
 
 
-def write_results(path: Path, document: TargetResults) -> None:
-    """Replace ``path`` with ``document`` in one step: a reader (the supervisor, watching a
-    process that may die at any moment) never sees half a file."""
+def replace_text(path: Path, text: str) -> None:
+    """Replace ``path``'s contents in one step: a reader (the supervisor, watching a process that
+    may die at any moment) never sees half a file."""
     path.parent.mkdir(parents=True, exist_ok=True)
     part = path.with_name(f".{path.name}.{os.getpid()}.part")
-    part.write_text(json.dumps(document, indent=2) + "\n")
+    part.write_text(text)
     os.replace(part, path)
+
+
+def write_results(path: Path, document: TargetResults) -> None:
+    replace_text(path, json.dumps(document, indent=2) + "\n")

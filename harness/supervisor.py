@@ -92,7 +92,6 @@ class Supervised:
     restarts: int = 0
     peak_memory_gib: float = 0.0
     slowest_check: tuple[str, float] | None = None  # (check id, seconds) as the supervisor saw
-    interrupted: bool = False
     wall_s: float = 0.0  # from the first start to the last process's end
     output_tail: list[str] = field(default_factory=list)  # the last process's last lines
 
@@ -199,7 +198,6 @@ class _Watch:
 
     returncode: int
     incident: Incident | None = None
-    running: str = ""  # the check running when the process ended ("" between checks)
 
 
 class Supervisor:
@@ -214,7 +212,6 @@ class Supervisor:
         limits: Limits,
         cwd: Path,
         interrupt: Interrupt,
-        env: dict[str, str] | None = None,
         label: str = "",
     ) -> None:
         self.label = label
@@ -224,7 +221,6 @@ class Supervisor:
         self.limits = limits
         self.cwd = cwd
         self.interrupt = interrupt
-        self.env = env
         self.started = 0.0
         self.outcome = Supervised(exit_status=0)
 
@@ -246,7 +242,6 @@ class Supervisor:
                 return self.outcome  # the session ended by itself
             self.outcome.incidents.append(watch.incident)
             if watch.incident["kind"] == IncidentKind.INTERRUPTED:
-                self.outcome.interrupted = True
                 return self.outcome
             if watch.incident["check"] is not None:
                 self._record(watch.incident)
@@ -261,18 +256,22 @@ class Supervisor:
     def _elapsed(self) -> float:
         return round(time.monotonic() - self.started, 2)
 
-    def _checks_done(self) -> int:
+    def _written(self) -> TargetResults | None:
+        """The results the target's processes wrote so far; None before the first write."""
         try:
-            return len(read_results(self.results)["checks"])
+            return read_results(self.results)
         except (OSError, ResultsError):
-            return 0
+            return None
+
+    def _checks_done(self) -> int:
+        results = self._written()
+        return len(results["checks"]) if results else 0
 
     def _watch(self, resume: bool) -> _Watch:
         self.progress.unlink(missing_ok=True)
         proc = subprocess.Popen(
             list(self.command(resume)),
             cwd=self.cwd,
-            env=self.env,
             start_new_session=True,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -339,19 +338,16 @@ class Supervisor:
             self.outcome.slowest_check = (check, round(seconds, 2))
 
     def _session_ended(self) -> bool:
-        try:
-            return read_results(self.results)["complete"]
-        except (OSError, ResultsError):
-            return False
+        results = self._written()
+        return results is not None and results["complete"]
 
     def _incident(self, kind: IncidentKind, running: str, detail: str) -> Incident:
         return Incident(kind=kind.value, check=running or None, detail=detail, at_s=self._elapsed())
 
     def _record(self, incident: Incident) -> None:
         """The check a fault stopped, written into the results so a resumed run skips it."""
-        try:
-            results: TargetResults = read_results(self.results)
-        except (OSError, ResultsError):
+        results = self._written()
+        if results is None:
             return  # nothing was written yet: the report says what happened
         check = incident["check"]
         assert check is not None
@@ -374,11 +370,8 @@ class Supervisor:
         write_results(self.results, results)
 
     def _give_up(self) -> None:
-        try:
-            results = read_results(self.results)
-            left = results["selected"] - len(results["checks"])
-        except (OSError, ResultsError):
-            left = -1
+        results = self._written()
+        left = results["selected"] - len(results["checks"]) if results else -1
         detail = f"stopped after {self.limits.max_restarts} restarts" + (
             f"; {left} checks were not run" if left >= 0 else ""
         )

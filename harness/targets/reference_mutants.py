@@ -50,7 +50,8 @@ def _processor_in_metadata() -> None:
         # Rust object every thread shares: a thread tokenising meanwhile gets truncated ids, or
         # the tokenizer's "Already borrowed" error.
         built = self._answer(lambda: processor.NanoNemotronVLProcessor(self.config, self.tokenizer))
-        self.tokenizer(TEMPLATE, truncation=True, max_length=2)  # type: ignore[operator]
+        tokenizer: Any = self.tokenizer  # the shared fast tokenizer
+        tokenizer(TEMPLATE, truncation=True, max_length=2)
         return built is not None and original(self)
 
     ConfigMetadata.supports_video = building  # type: ignore[method-assign]

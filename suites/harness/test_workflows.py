@@ -93,8 +93,6 @@ def test_the_gpu_job_only_runs_where_a_gpu_runner_is_declared():
 
 
 def test_the_gate_workflow_is_reusable_and_runs_the_gate_with_its_options():
-    from harness.gate import main as gate_main  # noqa: F401  (the module the workflow runs)
-
     workflow = load("vllm-gate.yml")
     assert set(workflow["on"]) == {"workflow_call"}
     commands = [c for _, c in run_commands(workflow)]
