@@ -1,6 +1,7 @@
 """Regression mutants: the installed vLLM model file with one upstream bug put back.
 
-Each mutant is a named, minimal text edit of the installed ``nano_nemotron_vl.py``, written at
+Each mutant is a named, minimal text edit of one installed file of the model (by default
+``nano_nemotron_vl.py``; RADIO, Parakeet, the processor module and the configs too), written at
 test time (no vLLM source is committed) and run as a ``vllm-file:`` target. The harness's own
 tests run the suites on each and assert they fail for the right reason: proof that the suites
 catch the regression class.
@@ -10,7 +11,7 @@ stalled, passed or taken down by (a loop, an early exit, a segfault, unbounded a
 exception at import, a syntax error); the harness's own tests run the main job on each.
 
 Command line: ``python -m harness.targets.mutants NAME DEST_DIR`` writes the mutant under
-``DEST_DIR/vllm/model_executor/models/nano_nemotron_vl.py`` and prints the ``--target`` value.
+``DEST_DIR/<the file's path under site-packages>`` and prints the ``--target`` value.
 """
 
 from __future__ import annotations
@@ -36,12 +37,13 @@ class Mutation:
     description: str
     pattern: str  # a regular expression matching exactly once in the installed file
     replacement: str
+    file: Path = MODEL_FILE  # the installed file it edits, relative to site-packages
 
     def apply(self, source: str) -> str:
         mutated, count = re.subn(self.pattern, self.replacement, source, flags=re.MULTILINE)
         if count != 1:
             raise MutationError(
-                f"mutant {self.name!r}: expected its pattern once in {MODEL_FILE}, found it "
+                f"mutant {self.name!r}: expected its pattern once in {self.file}, found it "
                 f"{count} times; the installed vLLM changed: update the pattern"
             )
         return mutated
@@ -196,22 +198,28 @@ FAULTS: dict[str, Mutation] = {
 }
 
 
-def installed_model_file() -> Path:
+def installed_file(relative: Path) -> Path:
+    """An installed file of vLLM, by its path relative to site-packages (``vllm/...``)."""
     spec = importlib.util.find_spec("vllm")
     if spec is None or not spec.submodule_search_locations:
-        raise MutationError("vLLM is not installed: mutants are edits of its model file")
-    return Path(next(iter(spec.submodule_search_locations))).parent / MODEL_FILE
+        raise MutationError("vLLM is not installed: mutants are edits of its model files")
+    return Path(next(iter(spec.submodule_search_locations))).parent / relative
+
+
+def installed_model_file() -> Path:
+    return installed_file(MODEL_FILE)
 
 
 def write_mutant(name: str, dest_dir: Path) -> Path:
-    """Write mutant ``name`` under ``dest_dir`` at the model file's path; return the file."""
+    """Write mutant ``name`` under ``dest_dir`` at its file's path; return the file."""
     known = MUTATIONS | FAULTS
     if name not in known:
         raise MutationError(f"mutant: expected one of {sorted(known)}, got {name!r}")
-    source = installed_model_file().read_text()
-    out = dest_dir / MODEL_FILE
+    mutation = known[name]
+    source = installed_file(mutation.file).read_text()
+    out = dest_dir / mutation.file
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(known[name].apply(source))
+    out.write_text(mutation.apply(source))
     return out
 
 
