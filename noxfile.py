@@ -6,6 +6,7 @@
     nox -s lint-survey   the tensor-truthiness lint over vllm, torch, transformers, stdlib
     nox -s typecheck     mypy --strict on harness/ and reference_impl/
     nox -s fuzz          long hypothesis runs of the property checks
+    nox -s mutants       the kill matrix: every corpus mutant against the suites (reports/mutants)
     nox -s bench         speed of the reference LM beside transformers (reports/benchmarks/)
     nox -s gpu           `pytest -m gpu --device cuda` in the current environment (GPU machines)
 
@@ -155,6 +156,23 @@ def fuzz(session: nox.Session) -> None:
         "-m",
         "(hypothesis or fuzz) and not gpu",
         env={"HYPOTHESIS_PROFILE": "fuzz"},
+    )
+
+
+@nox.session(venv_backend="none")
+def mutants(session: nox.Session) -> None:
+    """The kill matrix: every regression-corpus mutant (fixtures/corpus.toml) against the
+    conformance suites, baselines first: reports/mutants.{md,json}.
+
+    Arguments after `--` go to `python -m harness.mutation.matrix`, e.g. `-- --only NAME`.
+    """
+    session.run(
+        shared_python(session),
+        "-m",
+        "harness.mutation.matrix",
+        *session.posargs,
+        env=CPU_ENV,
+        external=True,
     )
 
 

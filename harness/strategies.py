@@ -3,12 +3,24 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
+import torch
 from hypothesis import strategies as st
 
 from harness import inputs
 from harness.checkpoint import ModelSpec
 from harness.inputs import InputGroup
+from harness.requests import (
+    PLACEHOLDER,
+    audio_clip,
+    embedding_rows,
+    pil_image,
+    video_clip,
+)
+from harness.requests import (
+    Request as UserRequest,
+)
 
 #: Keyword arguments a model's ``embed_multimodal`` receives that name no multimodal input.
 UNRELATED_KWARGS: dict[str, object] = {
@@ -88,3 +100,83 @@ def requests(
     for key in draw(st.lists(st.sampled_from(sorted(UNRELATED_KWARGS)), unique=True)):
         extras[key] = UNRELATED_KWARGS[key]
     return Request(groups=groups, extras=extras)
+
+
+# ---------------------------------------------------------------------------------------------
+# Requests at the engine's boundary (harness.requests): what a user may send, within bounds.
+
+
+@dataclass(frozen=True)
+class RequestBounds:
+    """The sizes user requests are drawn from (inclusive).
+
+    Wide enough to reach every tiling and clipping path (a 2,048 px side is 32 static tiles
+    wide; 70 s of audio is three 30 s clips), small enough that one request embeds in about a
+    second on a CPU with the tiny checkpoints.
+    """
+
+    images: tuple[int, int] = (1, 4)
+    image_side_px: tuple[int, int] = (8, 2048)
+    videos: tuple[int, int] = (1, 2)
+    video_frames: tuple[int, int] = (1, 16)
+    video_side_px: tuple[int, int] = (8, 128)
+    audios: tuple[int, int] = (1, 2)
+    audio_seconds: tuple[float, float] = (0.1, 70.0)
+    embedding_items: tuple[int, int] = (1, 5)
+    embedding_rows: tuple[int, int] = (1, 64)
+
+
+REQUEST_BOUNDS = RequestBounds()
+
+
+@st.composite
+def _modality_items(
+    draw: st.DrawFn, spec: ModelSpec, modality: str, bounds: RequestBounds
+) -> list[Any] | torch.Tensor:
+    """One modality's items: media, or (images and videos) precomputed embeddings, stacked or a
+    list with per-item row counts."""
+    seed = draw(st.integers(0, 2**16))
+    if modality != "audio" and draw(st.booleans()):
+        n = draw(st.integers(*bounds.embedding_items))
+        rows = draw(st.lists(st.integers(*bounds.embedding_rows), min_size=n, max_size=n))
+        if draw(st.booleans()):  # stacked: one row count for every item
+            rows = [rows[0]] * n
+            return torch.stack(
+                [embedding_rows(rows[0], spec.hidden_size, seed + i) for i in range(n)]
+            )
+        return [embedding_rows(r, spec.hidden_size, seed + i) for i, r in enumerate(rows)]
+    if modality == "image":
+        n = draw(st.integers(*bounds.images))
+        side = st.integers(*bounds.image_side_px)
+        return [pil_image(draw(side), draw(side), seed + i) for i in range(n)]
+    if modality == "video":
+        n = draw(st.integers(*bounds.videos))
+        side = st.integers(*bounds.video_side_px)
+        frames = st.integers(*bounds.video_frames)
+        return [video_clip(draw(frames), draw(side), draw(side), seed + i) for i in range(n)]
+    n = draw(st.integers(*bounds.audios))
+    seconds = st.floats(*bounds.audio_seconds, allow_nan=False)
+    return [audio_clip(draw(seconds), seed + i) for i in range(n)]
+
+
+@st.composite
+def user_requests(
+    draw: st.DrawFn, spec: ModelSpec, bounds: RequestBounds = REQUEST_BOUNDS
+) -> UserRequest:
+    """A :class:`harness.requests.Request` within ``bounds``: one to three modalities (audio
+    only when the checkpoint has it), each as media or embeddings, their placeholders in a
+    random interleaving with text between them."""
+    modalities = ["image", "video", "audio"] if spec.audio else ["image", "video"]
+    present = draw(st.lists(st.sampled_from(modalities), min_size=1, max_size=3, unique=True))
+    items = {m: draw(_modality_items(spec, m, bounds)) for m in present}
+    placeholders = [PLACEHOLDER[m] for m in present for _ in range(len(items[m]))]
+    order = draw(st.permutations(placeholders))
+    words = st.sampled_from(["Look", "at", "this:", "and", "then", "hear", "the", "end."])
+    text = [" ".join(draw(st.lists(words, max_size=3))) for _ in range(len(order) + 1)]
+    prompt = text[0] + "".join(f" {p} {t}" for p, t in zip(order, text[1:], strict=True))
+    return UserRequest(
+        prompt,
+        images=items.get("image", []),
+        videos=items.get("video", []),
+        audios=items.get("audio", []),
+    )

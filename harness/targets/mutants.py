@@ -132,6 +132,16 @@ MUTATIONS: dict[str, Mutation] = {
             replacement="vision_weights.append((hf_key, w))",
         ),
         Mutation(
+            name="image-embeds-through-the-encoder",
+            upstream="#56398",
+            description=(
+                "precomputed image embeddings fed to the vision encoder as if they were pixels, "
+                "instead of passed through"
+            ),
+            pattern=r'^(?P<indent>[ \t]+)image_embeddings = image_input\["data"\]$',
+            replacement=r'\g<indent>image_embeddings = self.extract_feature(image_input["data"])',
+        ),
+        Mutation(
             name="video-embeds-not-routed",
             upstream="#56398",
             description='"video_embeds" removed from the video routing keys: silently 0 outputs',

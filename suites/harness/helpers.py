@@ -5,13 +5,13 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from harness.mutation.runner import SuiteRun
 from harness.results import REPORT_SCHEMA, RESULTS_SCHEMA
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -28,24 +28,6 @@ def vllm_installed() -> bool:
 needs_vllm = pytest.mark.skipif(
     not vllm_installed(), reason="vLLM is not installed (nox -s tests installs it)"
 )
-
-
-@dataclass
-class SuiteRun:
-    returncode: int
-    output: str
-    results: dict[str, Any] | None
-
-    def outcome(self, check: str) -> dict[str, Any]:
-        assert self.results is not None, f"no results written; output:\n{self.output[-3000:]}"
-        for entry in self.results["checks"]:
-            if entry["id"] == check:
-                return entry
-        raise AssertionError(f"check {check!r} not in the results")
-
-    def outcomes(self, value: str) -> set[str]:
-        assert self.results is not None, f"no results written; output:\n{self.output[-3000:]}"
-        return {c["id"] for c in self.results["checks"] if c["outcome"] == value}
 
 
 def run_suites(
@@ -74,7 +56,7 @@ def run_suites(
     payload = json.loads(results.read_text()) if results.is_file() else None
     if payload is not None:
         validate(payload, RESULTS_SCHEMA)  # every results document the tests produce
-    return SuiteRun(proc.returncode, proc.stdout + proc.stderr, payload)
+    return SuiteRun(" ".join(args), proc.returncode, proc.stdout + proc.stderr, payload)
 
 
 def validate(document: Any, schema: Path) -> None:

@@ -183,3 +183,9 @@ def test_vllm_file_typing_cases_check_the_given_file(tmp_path):
         f"{typing}test_failing_cases_fail_with_the_named_codes",
     }
     assert "pass_contracts.py" in run.outcome(passing)["reason"]
+
+
+def test_unknown_reference_mutant_exits_2(tmp_path):
+    run = run_suites(tmp_path, "--target=reference-mutant:nope", "--co")
+    assert run.returncode == 2
+    assert "reference-mutant: expected one of" in run.output

@@ -1,0 +1,2 @@
+"""Mutation testing of vLLM's model code: first-order mutants, the corpus, the runner and
+the reports."""
