@@ -388,6 +388,16 @@ class Target(abc.ABC):
         """The target's processor arithmetic for the default checkpoint folder (tile counts,
         dynamic grids, audio tokens)."""
 
+    def image_pixel_limit(self) -> int | None:
+        """PIL's pixel limit (``Image.MAX_IMAGE_PIXELS``) in force once the target's modules
+        (model, processor, towers) are imported; None: the limit is switched off (vLLM PR
+        #47010: a module that switches it off lets any decompression bomb be decoded)."""
+        self.load()
+        from PIL import Image
+
+        limit = Image.MAX_IMAGE_PIXELS
+        return None if limit is None else int(limit)
+
     # Typing and LoRA ---------------------------------------------------------------------
 
     @abc.abstractmethod

@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 MODEL_FILE = Path("vllm/model_executor/models/nano_nemotron_vl.py")
+PROCESSOR_FILE = Path("vllm/transformers_utils/processors/nano_nemotron_vl.py")
+PARAKEET_FILE = Path("vllm/model_executor/models/parakeet.py")
 
 
 class MutationError(RuntimeError):
@@ -147,6 +149,79 @@ MUTATIONS: dict[str, Mutation] = {
             description='"video_embeds" removed from the video routing keys: silently 0 outputs',
             pattern=r'\(\s*"pixel_values_flat_video",\s*"video_embeds"\s*\)',
             replacement='("pixel_values_flat_video",)',
+        ),
+        Mutation(
+            name="mm-only-bypasses-processor-text",
+            upstream="#38567",
+            description=(
+                "the _get_hf_mm_text override removed: multimodal-only processing calls the "
+                "model's processor with no text, not the model's own placeholder text, so its "
+                "image and audio expansion never runs"
+            ),
+            pattern=(
+                r"^(?P<indent>[ \t]+)def _get_hf_mm_text\(self, mm_counts: Mapping\[str, int\]\) "
+                r"-> str:\n"
+                r"(?P=indent)[ \t]+return self\.dummy_inputs\.get_dummy_text\(mm_counts\)\n\n"
+            ),
+            replacement="",
+        ),
+        Mutation(
+            name="image-budget-drops-thumbnail",
+            upstream="#38727",
+            description=(
+                "get_mm_max_tokens_per_item budgets a static-tiling image at max_num_tiles "
+                "tiles: the thumbnail tile the processor adds is not counted"
+            ),
+            pattern=(
+                r"^(?P<indent>[ \t]+)\(target_width, target_height\),\n"
+                r"[ \t]+processor\.get_num_image_tokens\(\n"
+                r"[ \t]+image_width=target_width,\n"
+                r"[ \t]+image_height=target_height,\n"
+                r"[ \t]+max_num_tiles=max_num_tiles,\n"
+                r"[ \t]+\),\n"
+            ),
+            replacement=(
+                "\\g<indent>(target_width, target_height),\n"
+                "\\g<indent>max_num_tiles * processor.num_image_token,\n"
+            ),
+        ),
+        Mutation(
+            name="pil-pixel-limit-off",
+            upstream="#47010",
+            description=(
+                "the processor module switches PIL's decompression-bomb limit off at import "
+                "(Image.MAX_IMAGE_PIXELS = None): any image is decoded, however large"
+            ),
+            pattern=r"^from PIL import Image\n",
+            replacement="from PIL import Image\n\nImage.MAX_IMAGE_PIXELS = None\n",
+            file=PROCESSOR_FILE,
+        ),
+        Mutation(
+            name="audio-in-video-uncapped",
+            upstream="#50221",
+            description=(
+                "audio extracted from a video (use_audio_in_video) decoded without "
+                "VLLM_MAX_AUDIO_DECODE_DURATION_S: a small file can expand without bound"
+            ),
+            pattern=(
+                r"load_audio_pyav\(\n(?P<indent>[ \t]+)BytesIO\(video_bytes\),\n"
+                r"[ \t]+max_duration_s=envs\.VLLM_MAX_AUDIO_DECODE_DURATION_S,\n"
+            ),
+            replacement="load_audio_pyav(\n\\g<indent>BytesIO(video_bytes),\n",
+        ),
+        Mutation(
+            name="audio-one-clip",
+            upstream="#36671",
+            description=(
+                "audio no longer split into 30 s clips: the whole audio is one clip, however "
+                "long (the encoder's memory grows with its square)"
+            ),
+            pattern=(
+                r"^(?P<indent>[ \t]+)num_full_clips, remainder = "
+                r"divmod\(audio_len, self\._clip_target_samples\)$"
+            ),
+            replacement=r"\g<indent>num_full_clips, remainder = 0, audio_len",
+            file=PARAKEET_FILE,
         ),
     )
 }

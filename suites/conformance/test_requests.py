@@ -26,15 +26,17 @@ import pytest
 import torch
 
 from harness.assertions import raises_clear_error
+from harness.checkpoint import ModelSpec
 from harness.requests import (
     FORMS_BY_NAME,
     PLACEHOLDER,
     REQUEST_FORMS,
     Request,
+    audio_clip,
     embedding_rows,
     pil_image,
 )
-from reference_impl.tokenizer import shared_tokenizer
+from reference_impl.tokenizer import build_tokenizer, shared_tokenizer
 from suites.conformance.test_concurrency import THREADS, run_in_threads
 
 pytestmark = pytest.mark.concern("requests")
@@ -222,3 +224,44 @@ def test_a_thin_image_under_a_tight_budget_is_processed(make_model):
     result = model.run_request(request)
     _items_and_rows_agree(request, result, model.spec.hidden_size)
     assert len(result.prompt_token_ids) <= 21, f"{len(result.prompt_token_ids)} tokens"
+
+
+def test_long_audio_is_encoded_in_30_second_clips(make_model):
+    """A 70 s audio (vLLM PR #36671: encoded as one clip, the encoder's memory grows with the
+    audio's length squared) is split into ceil(70 / 30) = 3 clips of 30, 30 and 10 s, encoded
+    together; its placeholders are the clips' tokens by the architecture's rule (hop 160: 3000,
+    3000 and 1000 frames; three stride-2 convolutions, L -> ceil(L / 2): 375 + 375 + 125)."""
+    model = make_model()
+    request = Request(PLACEHOLDER["audio"], audios=[audio_clip(70.0, 30)])
+    result = model.run_request(request)
+    _items_and_rows_agree(request, result, model.spec.hidden_size)
+    assert model.calls.audio == [3], (
+        f"audio encoder calls: expected one call with 3 clips, got clips per call "
+        f"{model.calls.audio}"
+    )
+    positions = len(result.items[0].positions)
+    assert positions == 375 + 375 + 125, f"audio placeholders: expected 875, got {positions}"
+
+
+def test_the_image_budget_is_the_most_an_image_takes(target, make_model):
+    """The tokens an engine reserves per image (``max_tokens_per_item``, vLLM PR #38727) are
+    the most the target's processor gives one image: every tile grid of at most
+    ``max_num_tiles`` tiles, as an image of exactly that grid's size, through the request path,
+    its placeholders counted."""
+    spec = ModelSpec()
+    config = spec.vl_config()
+    model = make_model()
+    tile = config.force_image_size
+    taken = {}
+    for cols in range(1, config.max_num_tiles + 1):
+        for rows in range(1, config.max_num_tiles // cols + 1):
+            image = pil_image(rows * tile, cols * tile, cols * 100 + rows)
+            processed = model.process_request(Request(PLACEHOLDER["image"], images=[image]))
+            taken[cols, rows] = len(processed.items[0].positions)
+    budget = target.metadata(spec, build_tokenizer()).max_tokens_per_item(4096, {"image": 1})
+    most = max(taken.values())
+    largest = [grid for grid, tokens in taken.items() if tokens == most]
+    assert budget["image"] == most, (
+        f"max_tokens_per_item['image']: expected {most}, the most the processor gave an image "
+        f"(grids {largest}, cols x rows), got {budget['image']}"
+    )
