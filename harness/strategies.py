@@ -11,16 +11,8 @@ from hypothesis import strategies as st
 from harness import inputs
 from harness.checkpoint import ModelSpec
 from harness.inputs import InputGroup
-from harness.requests import (
-    PLACEHOLDER,
-    audio_clip,
-    embedding_rows,
-    pil_image,
-    video_clip,
-)
-from harness.requests import (
-    Request as UserRequest,
-)
+from harness.requests import PLACEHOLDER, Items, audio_clip, embedding_rows, pil_image, video_clip
+from harness.requests import Request as UserRequest
 
 #: Keyword arguments a model's ``embed_multimodal`` receives that name no multimodal input.
 UNRELATED_KWARGS: dict[str, object] = {
@@ -130,21 +122,9 @@ REQUEST_BOUNDS = RequestBounds()
 
 
 @st.composite
-def _modality_items(
-    draw: st.DrawFn, spec: ModelSpec, modality: str, bounds: RequestBounds
-) -> list[Any] | torch.Tensor:
-    """One modality's items: media, or (images and videos) precomputed embeddings, stacked or a
-    list with per-item row counts."""
+def _media(draw: st.DrawFn, modality: str, bounds: RequestBounds) -> list[Any]:
+    """One modality's media items: PIL images, video clips or mono audio."""
     seed = draw(st.integers(0, 2**16))
-    if modality != "audio" and draw(st.booleans()):
-        n = draw(st.integers(*bounds.embedding_items))
-        rows = draw(st.lists(st.integers(*bounds.embedding_rows), min_size=n, max_size=n))
-        if draw(st.booleans()):  # stacked: one row count for every item
-            rows = [rows[0]] * n
-            return torch.stack(
-                [embedding_rows(rows[0], spec.hidden_size, seed + i) for i in range(n)]
-            )
-        return [embedding_rows(r, spec.hidden_size, seed + i) for i, r in enumerate(rows)]
     if modality == "image":
         n = draw(st.integers(*bounds.images))
         side = st.integers(*bounds.image_side_px)
@@ -160,23 +140,44 @@ def _modality_items(
 
 
 @st.composite
-def user_requests(
-    draw: st.DrawFn, spec: ModelSpec, bounds: RequestBounds = REQUEST_BOUNDS
-) -> UserRequest:
-    """A :class:`harness.requests.Request` within ``bounds``: one to three modalities (audio
-    only when the checkpoint has it), each as media or embeddings, their placeholders in a
-    random interleaving with text between them."""
-    modalities = ["image", "video", "audio"] if spec.audio else ["image", "video"]
-    present = draw(st.lists(st.sampled_from(modalities), min_size=1, max_size=3, unique=True))
-    items = {m: draw(_modality_items(spec, m, bounds)) for m in present}
-    placeholders = [PLACEHOLDER[m] for m in present for _ in range(len(items[m]))]
+def _embeddings(draw: st.DrawFn, spec: ModelSpec, bounds: RequestBounds) -> Items:
+    """Precomputed embeddings: a stacked ``[n, f, h]`` tensor, or a list of ``[f_i, h]``."""
+    seed = draw(st.integers(0, 2**16))
+    n = draw(st.integers(*bounds.embedding_items))
+    rows = draw(st.lists(st.integers(*bounds.embedding_rows), min_size=n, max_size=n))
+    if draw(st.booleans()):  # stacked: one row count for every item
+        return torch.stack([embedding_rows(rows[0], spec.hidden_size, seed + i) for i in range(n)])
+    return [embedding_rows(r, spec.hidden_size, seed + i) for i, r in enumerate(rows)]
+
+
+def _prompt(draw: st.DrawFn, items: dict[str, Items]) -> str:
+    """Every item's placeholder, in a random interleaving, with a few words between them."""
+    placeholders = [PLACEHOLDER[m] for m, given in items.items() for _ in range(len(given))]
     order = draw(st.permutations(placeholders))
     words = st.sampled_from(["Look", "at", "this:", "and", "then", "hear", "the", "end."])
     text = [" ".join(draw(st.lists(words, max_size=3))) for _ in range(len(order) + 1)]
-    prompt = text[0] + "".join(f" {p} {t}" for p, t in zip(order, text[1:], strict=True))
-    return UserRequest(
-        prompt,
-        images=items.get("image", []),
-        videos=items.get("video", []),
-        audios=items.get("audio", []),
-    )
+    return text[0] + "".join(f" {p} {t}" for p, t in zip(order, text[1:], strict=True))
+
+
+@st.composite
+def media_requests(
+    draw: st.DrawFn, spec: ModelSpec, bounds: RequestBounds = REQUEST_BOUNDS
+) -> UserRequest:
+    """A request with media of one to three modalities (audio only when the checkpoint has
+    it) within ``bounds``, their placeholders interleaved at random."""
+    modalities = ["image", "video", "audio"] if spec.audio else ["image", "video"]
+    present = draw(st.lists(st.sampled_from(modalities), min_size=1, max_size=3, unique=True))
+    items: dict[str, Items] = {m: draw(_media(m, bounds)) for m in present}
+    return UserRequest(_prompt(draw, items), **{m + "s": v for m, v in items.items()})
+
+
+@st.composite
+def embedding_requests(
+    draw: st.DrawFn, spec: ModelSpec, modality: str, bounds: RequestBounds = REQUEST_BOUNDS
+) -> UserRequest:
+    """A request with precomputed embeddings of ``modality`` (``image`` or ``video``) within
+    ``bounds``."""
+    if modality not in ("image", "video"):
+        raise ValueError(f"modality: expected 'image' or 'video', got {modality!r}")
+    items: dict[str, Items] = {modality: draw(_embeddings(spec, bounds))}
+    return UserRequest(_prompt(draw, items), **{modality + "s": items[modality]})

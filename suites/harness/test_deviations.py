@@ -44,6 +44,18 @@ def test_load_entries(tmp_path):
     )
 
 
+def test_one_cause_may_show_as_several_exception_types(tmp_path):
+    """Unpacking an embedding's rows as (video, metadata) raises ValueError or IndexError
+    depending on the row count: one cause, pinned once."""
+    path = write(tmp_path, entry(CHECK, raises="IndexError | ValueError", match="^bad"))
+    deviation = load_deviations(path)[CHECK]
+    assert deviation.cause_of(ValueError("bad rows")) is None
+    assert deviation.cause_of(IndexError("bad index")) is None
+    assert deviation.cause_of(ExceptionGroup("g", [ValueError("bad"), IndexError("bad")])) is None
+    assert "expected IndexError | ValueError" in str(deviation.cause_of(TypeError("bad")))
+    assert deviation.cause_of(ValueError("other")) is not None
+
+
 def test_missing_file_means_no_deviations(tmp_path):
     assert load_deviations(tmp_path / "absent.toml") == {}
 
@@ -58,6 +70,7 @@ def test_missing_file_means_no_deviations(tmp_path):
         ("[[deviation]]\ncheck = 'nope'\nreason = 'r'\n" + PIN, "check: expected a test id"),
         ("[[deviation]]\ncheck = 'a::b'\nreason = ' '\n" + PIN, "reason: expected a non-empty"),
         (entry("a::b", raises="not a name"), "raises: expected an exception type's name"),
+        (entry("a::b", raises="ValueError |"), "raises: expected an exception type's name"),
         (entry("a::b", match="(unclosed"), "match: expected a regular expression"),
         (entry("a::b", reach="somehow"), "reach: expected one of"),
         (entry("a::b") * 2, "listed twice"),
