@@ -96,17 +96,23 @@ class SuiteRun:
 
 def preload(*, vllm: bool) -> None:
     """Import what every child would otherwise import again: torch, pytest, the harness's
-    plugin and, with ``vllm``, vLLM's model module (on CPU)."""
+    plugin and, with ``vllm``, vLLM with everything its model module needs (on CPU), but not
+    the model's own modules."""
     import pytest  # noqa: F401
     import torch  # noqa: F401
 
     import harness.plugin  # noqa: F401
 
     if vllm:
-        from harness.targets.vllm.files import MODEL_MODULE
+        from harness.targets.vllm.files import MODEL_FAMILY_MODULES, MODEL_MODULE
         from harness.targets.vllm.runtime import import_vllm_module
 
         import_vllm_module(MODEL_MODULE)
+        # The model's own modules are imported again in each child, after its mutant files
+        # replace some of them, so that every import between them binds the replacements, as
+        # in a fresh process (measured: nothing else in vLLM holds a name from them).
+        for name in MODEL_FAMILY_MODULES:
+            sys.modules.pop(name, None)
 
 
 def _child(job: SuiteJob) -> None:

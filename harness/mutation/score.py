@@ -1,0 +1,289 @@
+"""The mutation score over vLLM's model code: ``nox -s mutation`` (outside CI).
+
+A seeded sample of first-order mutants (:mod:`harness.mutation.ast_mutants`) of the functions the
+suites claim to cover, each written as a ``vllm-file:`` copy (never an edit of the installed
+package) and run against only the suites that cover its function, from one process
+(:mod:`harness.mutation.runner`). A mutant is killed when its run fails a check, errors, crashes
+or passes its time limit; a check that stops failing (a known deviation passing) kills it too,
+since behaviour changed and the suites saw it.
+
+The score is killed / (sampled - equivalent), with a 95% Wilson interval for the sampling error.
+Every survivor is classified in ``fixtures/mutation_survivors.toml``: ``equivalent`` (with the
+reason the mutant cannot change behaviour) or ``killed`` by a check added since (named); a
+survivor not classified there is listed as such.
+
+    python -m harness.mutation.score [--sample 300] [--seed 0] [--parallel 2] [--fresh]
+
+Resumable: each finished mutant is appended to ``reports/mutation-runs.jsonl``; a later run skips
+those (same sample and seed) unless ``--fresh``. Writes ``reports/mutation.{md,json}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import tempfile
+import time
+import tomllib
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from harness import ROOT
+from harness.mutation.ast_mutants import COVERED, AstMutant, candidates, sample, write_mutant_file
+from harness.mutation.runner import SuiteJob, preload, run_many
+from harness.results import replace_text
+
+REPORT = ROOT / "reports" / "mutation"
+RUNS_FILE = ROOT / "reports" / "mutation-runs.jsonl"
+SURVIVORS_FILE = ROOT / "fixtures" / "mutation_survivors.toml"
+DEFAULT_SAMPLE = 300
+#: A mutant that loops or stalls is killed after this many seconds (its suites take at most
+#: about two minutes on a 2-core machine unmutated).
+RUN_TIMEOUT_S = 300.0
+VERDICTS = ("equivalent", "killed")
+
+
+class SurvivorFileError(ValueError):
+    """The survivor classification file is malformed; the message names the entry."""
+
+
+@dataclass(frozen=True)
+class Classification:
+    verdict: str  # one of VERDICTS
+    reason: str  # why it is equivalent, or which check kills it now
+
+
+def load_survivors(path: Path = SURVIVORS_FILE) -> dict[str, Classification]:
+    if not path.is_file():
+        return {}
+    document = tomllib.loads(path.read_text())
+    out: dict[str, Classification] = {}
+    for index, entry in enumerate(document.get("survivor", [])):
+        where = f"{path.name}: survivor {index}"
+        for key in ("id", "verdict", "reason"):
+            if not isinstance(entry.get(key), str) or not entry[key]:
+                raise SurvivorFileError(f"{where}: field {key!r}: expected a non-empty string")
+        if entry["verdict"] not in VERDICTS:
+            raise SurvivorFileError(
+                f"{where}: field 'verdict': expected one of {VERDICTS}, got {entry['verdict']!r}"
+            )
+        out[entry["id"]] = Classification(entry["verdict"], entry["reason"])
+    return out
+
+
+def wilson_interval(killed: int, total: int, z: float = 1.96) -> tuple[float, float]:
+    """The 95% Wilson score interval of a proportion ``killed / total``."""
+    if total == 0:
+        return (0.0, 1.0)
+    p = killed / total
+    centre = (p + z * z / (2 * total)) / (1 + z * z / total)
+    half = z * math.sqrt(p * (1 - p) / total + z * z / (4 * total * total)) / (1 + z * z / total)
+    return (max(0.0, centre - half), min(1.0, centre + half))
+
+
+def _outcome(run_returncode: int, failed: list[str], problems: list[str]) -> str:
+    if problems and any("time limit" in p for p in problems):
+        return "killed (timeout)"
+    if run_returncode not in (0, 5) or failed:
+        return "killed"
+    return "survived"
+
+
+def _run_sample(
+    mutants: list[AstMutant], done: dict[str, dict[str, Any]], parallel: int, workdir: Path
+) -> None:
+    suites_of = {(c.file, c.qualname): c.suites for c in COVERED}
+    jobs: list[SuiteJob] = []
+    for mutant in mutants:
+        if mutant.id in done:
+            continue
+        folder = workdir / f"m{len(jobs):04d}"
+        path = write_mutant_file(mutant, folder / "src")
+        jobs.append(
+            SuiteJob(
+                mutant.id,
+                f"vllm-file:{path}",
+                tuple(suites_of[mutant.file, mutant.qualname]),
+                folder,
+                extra_args=("-x",),  # the first failing check kills it
+            )
+        )
+    if not jobs:
+        return
+    preload(vllm=True)
+    for count, run in enumerate(run_many(jobs, parallel=parallel, timeout_s=RUN_TIMEOUT_S), 1):
+        failed = [c["id"] for c in run.checks if c["outcome"] in ("fail", "error", "xpass")]
+        row = {
+            "id": run.key,
+            "status": _outcome(run.returncode, failed, run.problems),
+            "exit": run.returncode,
+            "killed_by": failed[:3],
+            "reason": next(
+                (c["reason"].splitlines()[0][:200] for c in run.checks if c["id"] in failed[:1]),
+                "; ".join(run.problems),
+            ),
+            "wall_s": run.wall_s,
+        }
+        done[run.key] = row
+        with RUNS_FILE.open("a") as f:
+            f.write(json.dumps(row) + "\n")
+        print(f"[mutation] {count}/{len(jobs)} {row['status']}: {run.key}", flush=True)
+
+
+def _read_runs() -> tuple[dict[str, dict[str, Any]], float]:
+    """The mutants run so far, by id, and the wall time of the sessions that ran them."""
+    if not RUNS_FILE.is_file():
+        return {}, 0.0
+    rows = [json.loads(line) for line in RUNS_FILE.read_text().splitlines() if line.strip()]
+    sessions = sum(float(row["session_wall_s"]) for row in rows if "session_wall_s" in row)
+    return {row["id"]: row for row in rows if "id" in row}, sessions
+
+
+def build_report(
+    mutants: list[AstMutant],
+    done: dict[str, dict[str, Any]],
+    *,
+    total_candidates: int,
+    seed: int,
+    wall_s: float,
+) -> dict[str, Any]:
+    survivors = load_survivors()
+    rows = []
+    for mutant in mutants:
+        row = dict(done.get(mutant.id, {"id": mutant.id, "status": "not run"}))
+        row.update(
+            file=str(mutant.file),
+            function=mutant.qualname,
+            line=mutant.line,
+            operator=mutant.operator,
+            description=mutant.description,
+        )
+        if row["status"] == "survived":
+            known = survivors.get(mutant.id)
+            row["classification"] = (
+                {"verdict": "unclassified", "reason": ""}
+                if known is None
+                else {"verdict": known.verdict, "reason": known.reason}
+            )
+        rows.append(row)
+    run = [r for r in rows if r["status"] != "not run"]
+    killed = sum(r["status"].startswith("killed") for r in run)
+    killed_later = sum(
+        r.get("classification", {}).get("verdict") == "killed" for r in run
+    )  # survivors a check added since kills
+    equivalent = sum(r.get("classification", {}).get("verdict") == "equivalent" for r in run)
+    unclassified = sum(r.get("classification", {}).get("verdict") == "unclassified" for r in run)
+    denominator = len(run) - equivalent
+    score = (killed + killed_later) / denominator if denominator else 0.0
+    low, high = wilson_interval(killed + killed_later, denominator)
+    by_operator: Counter[str] = Counter()
+    by_operator_killed: Counter[str] = Counter()
+    for r in run:
+        by_operator[r["operator"]] += 1
+        by_operator_killed[r["operator"]] += r["status"].startswith("killed")
+    return {
+        "seed": seed,
+        "candidates": total_candidates,
+        "sampled": len(mutants),
+        "run": len(run),
+        "functions": [f"{c.file}:{c.qualname}" for c in COVERED],
+        "killed_by_suites": killed,
+        "killed_by_checks_added_since": killed_later,
+        "equivalent": equivalent,
+        "unclassified_survivors": unclassified,
+        "score": round(score, 4),
+        "interval_95": [round(low, 4), round(high, 4)],
+        "wall_s": round(wall_s, 1),
+        "by_operator": {
+            op: {"run": n, "killed": by_operator_killed[op]} for op, n in sorted(by_operator.items())
+        },
+        "mutants": rows,
+    }
+
+
+def render_markdown(report: dict[str, Any]) -> str:
+    low, high = report["interval_95"]
+    lines = [
+        "# Mutation score over vLLM's model code",
+        "",
+        f"{report['sampled']} first-order mutants sampled (seed {report['seed']}) from "
+        f"{report['candidates']} candidates in {len(report['functions'])} functions the suites "
+        f"claim to cover; {report['run']} run, wall time {report['wall_s']:.0f} s.",
+        "",
+        f"- killed by the suites: {report['killed_by_suites']}",
+        f"- survivors killed by checks added since: {report['killed_by_checks_added_since']}",
+        f"- equivalent (cannot change behaviour): {report['equivalent']}",
+        f"- survivors not classified: {report['unclassified_survivors']}",
+        f"- **score: {report['score']:.1%}** of non-equivalent mutants killed "
+        f"(95% interval {low:.1%} to {high:.1%})",
+        "",
+        "## By operator",
+        "",
+        "| operator | run | killed |",
+        "|---|---|---|",
+    ]
+    for op, n in report["by_operator"].items():
+        lines.append(f"| {op} | {n['run']} | {n['killed']} |")
+    lines += ["", "## Survivors", "", "| mutant | what | verdict | reason |", "|---|---|---|---|"]
+    for row in report["mutants"]:
+        if row["status"] == "survived":
+            c = row["classification"]
+            lines.append(
+                f"| `{row['id']}` | {row['description']} | {c['verdict']} | {c['reason']} |"
+            )
+    lines += ["", "## Functions covered", ""]
+    lines += [f"- `{name}`" for name in report["functions"]]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sample", type=int, default=DEFAULT_SAMPLE)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--parallel", type=int, default=min(2, os.cpu_count() or 1))
+    parser.add_argument("--fresh", action="store_true", help="forget earlier runs")
+    parser.add_argument("--report-only", action="store_true", help="rebuild the report")
+    args = parser.parse_args(argv)
+    if args.sample < 1 or args.parallel < 1:
+        parser.error("--sample and --parallel: expected positive numbers")
+    everything = candidates()
+    mutants = sample(everything, args.sample, args.seed)
+    RUNS_FILE.parent.mkdir(parents=True, exist_ok=True)
+    if args.fresh and RUNS_FILE.exists():
+        RUNS_FILE.unlink()
+    done, earlier_wall = _read_runs()
+    wall = earlier_wall
+    if not args.report_only:
+        started = time.perf_counter()
+        with tempfile.TemporaryDirectory(prefix="mutation-") as tmp:
+            try:
+                _run_sample(mutants, done, args.parallel, Path(tmp))
+            finally:  # an interrupted session counts too: its mutants are kept
+                session = time.perf_counter() - started
+                with RUNS_FILE.open("a") as f:
+                    f.write(json.dumps({"session_wall_s": round(session, 1)}) + "\n")
+                wall += session
+    try:
+        report = build_report(
+            mutants, done, total_candidates=len(everything), seed=args.seed, wall_s=wall
+        )
+    except SurvivorFileError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    replace_text(REPORT.with_suffix(".json"), json.dumps(report, indent=2) + "\n")
+    replace_text(REPORT.with_suffix(".md"), render_markdown(report))
+    print(
+        f"[mutation] score {report['score']:.1%} "
+        f"(95% {report['interval_95'][0]:.1%}-{report['interval_95'][1]:.1%}), "
+        f"{report['unclassified_survivors']} unclassified survivors"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
