@@ -7,6 +7,8 @@
 - Weights streamed one at a time from buffers the stream reuses, as streaming loaders do, load
   the same values as a plain mapping (vLLM PR #42244).
 - ``language_model.backbone.*`` and ``language_model.model.*`` names both load (vLLM #39901).
+- A Parakeet config with ``convolution_bias = False`` loads a file that carries the
+  convolution biases all the same (vLLM #40007).
 - A missing or an unexpected tensor is named in a clear error, never silently skipped.
 
 The comparison starts from parameters (and the buffers a checkpoint carries) set to NaN, so one
@@ -36,6 +38,9 @@ VARIANTS = {
     "mtp": ModelSpec(mtp=True),
     "dynamic-t2": ModelSpec(dynamic_resolution=True, video_temporal_patch_size=2),
     "no-audio": ModelSpec(audio=False),
+    # ``convolution_bias = False`` with the convolution biases in the file, as released Omni
+    # checkpoints carry them: they load without an error (vLLM #40007 skips them).
+    "no-conv-bias": ModelSpec(audio_convolution_bias=False),
     # Every layer kind of the Omni language model (MoE included): vLLM builds it on CUDA only.
     "omni-lm": ModelSpec(language_model="omni"),
 }
