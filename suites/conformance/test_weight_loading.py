@@ -111,7 +111,9 @@ def test_language_model_model_names_load_like_backbone_names(target):
 def test_quantization_config_names_are_matched_to_the_built_layers(target):
     """Applies to targets with quantization (vllm, vllm-file); the reference raises
     NotApplicable. Expected from the checkpoint alone: a layer is quantized iff its weight in the
-    file is fp8 (it has a ``weight_scale``); each layer in ``ignored_layers`` is not."""
+    file is fp8 (it has a ``weight_scale``); each layer in ``ignored_layers`` is not. Built by
+    the target's constructor, not loaded: vLLM's fp8 post-load step needs its compiled ops
+    (``vllm._C``), which a CPU install without them lacks."""
     spec = ModelSpec(quantization="fp8")
     config = json.loads((checkpoint_folder(spec) / "config.json").read_text())
     ignored = set(config["quantization_config"]["ignored_layers"])
