@@ -9,9 +9,10 @@ tensor loaded under the wrong name cannot match by accident.
 
 :class:`ModelSpec` names a variant: the language model's shape (V2: Mamba, MLP and attention
 layers; Omni: Mamba, MoE and attention layers), static tiles or dynamic resolution, with or
-without audio, the video temporal patch ``T``, MTP layers. The vision tower is RADIO
-``vit_small_patch16_224`` (384 wide, 12 layers): vLLM sizes RADIO from its model-name table with
-no depth override on this path, and this is the smallest entry.
+without audio, the video temporal patch ``T``, MTP layers, an ``fp8`` checkpoint
+(:func:`fp8_checkpoint`: its ``quantization_config`` names modules as the checkpoint does). The
+vision tower is RADIO ``vit_small_patch16_224`` (384 wide, 12 layers): vLLM sizes RADIO from its
+model-name table with no depth override on this path, and this is the smallest entry.
 """
 
 from __future__ import annotations
@@ -61,6 +62,7 @@ class ModelSpec:
     audio_hop_length: int = 160  # the feature extractor's hop (Parakeet's default: 160)
     max_model_len: int = 4096  # the engine's context (the dynamic tiler's budget)
     audio_convolution_bias: bool = True  # False: the Omni form (biases still in the file)
+    quantization: Literal["none", "fp8"] = "none"  # "fp8": see :func:`fp8_checkpoint`
 
     # Sizes shared by every variant.
     hidden_size: int = 64
@@ -77,6 +79,15 @@ class ModelSpec:
             raise ValueError(
                 "ModelSpec.video_temporal_patch_size: expected 1 or 2, got "
                 f"{self.video_temporal_patch_size!r}"
+            )
+        if self.quantization not in ("none", "fp8"):
+            raise ValueError(
+                f"ModelSpec.quantization: expected 'none' or 'fp8', got {self.quantization!r}"
+            )
+        if self.quantization == "fp8" and self.language_model != "v2":
+            raise ValueError(
+                "ModelSpec.quantization: 'fp8' is written for the 'v2' language model only (no "
+                f"MoE experts), got language_model={self.language_model!r}"
             )
 
     @property
@@ -103,6 +114,8 @@ class ModelSpec:
             parts.append(f"len{self.max_model_len}")
         if not self.audio_convolution_bias:
             parts.append("no-conv-bias")
+        if self.quantization != "none":
+            parts.append(self.quantization)
         return "-".join(parts)
 
     def vl_config(self) -> VLConfig:
@@ -227,6 +240,55 @@ def random_checkpoint(config: VLConfig, seed: int = 0) -> dict[str, torch.Tensor
 
 
 # ---------------------------------------------------------------------------------------------
+# Quantization
+
+#: The language model's linear layers, by the last component of their checkpoint module name.
+LM_LINEARS = ("in_proj", "out_proj", "q_proj", "k_proj", "v_proj", "o_proj", "up_proj", "down_proj")
+#: The ones an ``fp8`` checkpoint keeps unquantized: each layer kind's input projections (q, k and
+#: v together: vLLM fuses them). The output projections are fp8.
+FP8_KEPT = ("in_proj", "q_proj", "k_proj", "v_proj", "up_proj")
+FP8_MAX = 448.0  # the largest float8_e4m3fn
+
+
+def fp8_checkpoint(
+    weights: dict[str, torch.Tensor],
+) -> tuple[dict[str, torch.Tensor], dict[str, object]]:
+    """``weights`` as an ``fp8`` checkpoint (vLLM's ``Fp8Config`` form), and its
+    ``quantization_config``.
+
+    The language model's output projections (:data:`LM_LINEARS` not in :data:`FP8_KEPT`) are
+    ``float8_e4m3fn`` with a per-tensor ``weight_scale``; every other tensor is unchanged.
+    ``ignored_layers`` names, by their checkpoint names (``language_model.backbone.*``, as released
+    checkpoints do), each language-model linear kept unquantized, the LM head, and every 2-D
+    weight of the towers and the connector: what a reader must not quantize. Activations are
+    quantized dynamically."""
+    out: dict[str, torch.Tensor] = {}
+    ignored: list[str] = []
+    for name, tensor in weights.items():
+        module, _, leaf = name.rpartition(".")
+        kind = module.rsplit(".", 1)[-1]
+        in_layers = module.startswith("language_model.backbone.layers.") and kind in LM_LINEARS
+        if leaf == "weight" and in_layers and kind not in FP8_KEPT:
+            scale = tensor.float().abs().amax().clamp_min(1e-12) / FP8_MAX
+            out[name] = (tensor.float() / scale).to(torch.float8_e4m3fn)
+            out[f"{module}.weight_scale"] = scale
+            continue
+        if leaf == "weight" and (
+            in_layers
+            or module == "language_model.lm_head"
+            or (tensor.dim() == 2 and not name.startswith("language_model."))
+        ):
+            ignored.append(module)
+        out[name] = tensor
+    config: dict[str, object] = {
+        "quant_method": "fp8",
+        "activation_scheme": "dynamic",
+        "ignored_layers": sorted(ignored),
+    }
+    return out, config
+
+
+# ---------------------------------------------------------------------------------------------
 # The folder
 
 
@@ -261,13 +323,15 @@ def write_checkpoint(
     data["auto_map"] = {"AutoConfig": AUTO_CONFIG}
     data["torch_dtype"] = dtype_name
     data["text_config"]["torch_dtype"] = dtype_name
-    (folder / "config.json").write_text(json.dumps(data, indent=2))
     shutil.copyfile(CONFIG_MODULE, folder / CONFIG_MODULE.name)
     write_tokenizer(folder)
     weights = {
         name: (t.to(dtype) if t.is_floating_point() else t)
         for name, t in random_checkpoint(config, seed).items()
     }
+    if spec.quantization == "fp8":
+        weights, data["quantization_config"] = fp8_checkpoint(weights)
+    (folder / "config.json").write_text(json.dumps(data, indent=2))
     save_file(weights, str(folder / "model.safetensors"), metadata={"format": "pt"})
     return folder
 

@@ -55,6 +55,11 @@ class NeedsCuda(RuntimeError):
     skips with this reason on a CPU and runs where CUDA is present."""
 
 
+class NotApplicable(RuntimeError):
+    """The target has no such capability at all (the reference has no quantized layers): a
+    check of it does not apply to this target and says so, on every device."""
+
+
 @dataclass(frozen=True)
 class TargetIdentity:
     """What was tested: recorded in every report."""
@@ -339,6 +344,14 @@ class Target(abc.ABC):
         them) into a model of ``spec`` through the target's weight loader, and compare every
         parameter with the checkpoint folder's tensors. ``text_only``: every modality limit
         0. Whatever the loader raises propagates."""
+
+    @abc.abstractmethod
+    def linear_quantization(self, spec: ModelSpec) -> dict[str, str | None]:
+        """The linear layers the target's constructor builds for ``spec``'s checkpoint folder
+        (its ``quantization_config`` as the target reads it), by checkpoint module name (a
+        fused layer under each of its checkpoint parts): the name of the quantization method
+        each is built with, None for unquantized. Raises :class:`NotApplicable` on a target
+        without quantization."""
 
     # Input contracts ---------------------------------------------------------------------
 

@@ -144,6 +144,38 @@ MUTATIONS: dict[str, Mutation] = {
             replacement=r'\g<indent>image_embeddings = self.extract_feature(image_input["data"])',
         ),
         Mutation(
+            name="quant-config-names-not-mapped",
+            upstream="#39901",
+            description=(
+                "the VL class's hf_to_vllm_mapper removed: a quantization config naming "
+                "language_model.backbone.* modules is never renamed to vLLM's "
+                "language_model.model.* (the weights still load: the language model maps its own "
+                "names)"
+            ),
+            pattern=(
+                r"^(?P<indent>[ \t]+)hf_to_vllm_mapper = WeightsMapper\(\n"
+                r"(?P=indent)[ \t]+orig_to_new_prefix=\{\n"
+                r'(?P=indent)[ \t]+"language_model\.backbone": "language_model\.model",\n'
+                r"(?P=indent)[ \t]+\},\n"
+                r"(?P=indent)\)\n"
+            ),
+            replacement="",
+        ),
+        Mutation(
+            name="parakeet-conv-bias-rejected",
+            upstream="#40007",
+            description=(
+                "Parakeet's loader no longer skips the convolution biases a checkpoint carries "
+                "when its config says convolution_bias=False: 'Unknown weight' at load"
+            ),
+            pattern=(
+                r"^(?P<indent>[ \t]+)if self\._can_skip_missing_named_param\(target_name\):\n"
+                r"(?P=indent)[ \t]+continue\n"
+            ),
+            replacement="",
+            file=Path("vllm/model_executor/models/parakeet.py"),
+        ),
+        Mutation(
             name="video-embeds-not-routed",
             upstream="#56398",
             description='"video_embeds" removed from the video routing keys: silently 0 outputs',

@@ -7,6 +7,12 @@
 - Weights streamed one at a time from buffers the stream reuses, as streaming loaders do, load
   the same values as a plain mapping (vLLM PR #42244).
 - ``language_model.backbone.*`` and ``language_model.model.*`` names both load (vLLM #39901).
+- A Parakeet config with ``convolution_bias = False`` loads a file that carries the
+  convolution biases all the same (vLLM #40007).
+- A quantized checkpoint's config names its modules as the checkpoint does
+  (``language_model.backbone.*``): the modules it keeps unquantized are built unquantized, the
+  others quantized (vLLM #39901). Targets with quantization only: the reference has none, and
+  says so (the check skips there with that reason).
 - A missing or an unexpected tensor is named in a clear error, never silently skipped.
 
 The comparison starts from parameters (and the buffers a checkpoint carries) set to NaN, so one
@@ -20,13 +26,15 @@ reference's own checkpoint naming, so it checks what was loaded, not the naming.
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
 import torch
 
 from harness.assertions import raises_clear_error
-from harness.checkpoint import ModelSpec, checkpoint_weights
+from harness.checkpoint import ModelSpec, checkpoint_folder, checkpoint_weights
+from harness.targets.base import NotApplicable
 from harness.weight_streams import renamed, reusing_buffers
 
 pytestmark = pytest.mark.concern("weights")
@@ -36,6 +44,9 @@ VARIANTS = {
     "mtp": ModelSpec(mtp=True),
     "dynamic-t2": ModelSpec(dynamic_resolution=True, video_temporal_patch_size=2),
     "no-audio": ModelSpec(audio=False),
+    # ``convolution_bias = False`` with the convolution biases in the file, as released Omni
+    # checkpoints carry them: they load without an error (vLLM #40007 skips them).
+    "no-conv-bias": ModelSpec(audio_convolution_bias=False),
     # Every layer kind of the Omni language model (MoE included): vLLM builds it on CUDA only.
     "omni-lm": ModelSpec(language_model="omni"),
 }
@@ -95,6 +106,39 @@ def test_language_model_model_names_load_like_backbone_names(target):
     weights = renamed(checkpoint(spec), "language_model.backbone.", "language_model.model.")
     assert not any(name.startswith("language_model.backbone.") for name in weights)
     assert_all_loaded(target.load_weights(spec, weights.items()))
+
+
+def test_quantization_config_names_are_matched_to_the_built_layers(target):
+    """Applies to targets with quantization (vllm, vllm-file); the reference raises
+    NotApplicable. Expected from the checkpoint alone: a layer is quantized iff its weight in the
+    file is fp8 (it has a ``weight_scale``); each layer in ``ignored_layers`` is not. Built by
+    the target's constructor, not loaded: vLLM's fp8 post-load step needs its compiled ops
+    (``vllm._C``), which a CPU install without them lacks."""
+    spec = ModelSpec(quantization="fp8")
+    config = json.loads((checkpoint_folder(spec) / "config.json").read_text())
+    ignored = set(config["quantization_config"]["ignored_layers"])
+    weights = checkpoint_weights(spec)
+    quantized = {n.removesuffix(".weight_scale") for n in weights if n.endswith(".weight_scale")}
+    assert quantized, "the fp8 checkpoint has no fp8 weight"
+    assert not quantized & ignored, f"fp8 weights of ignored layers: {quantized & ignored}"
+    try:
+        built = target.linear_quantization(spec)
+    except NotApplicable as e:
+        pytest.skip(f"not applicable to {target.name}: {e}")
+    unseen = sorted(
+        n
+        for n in quantized | {n for n in ignored if n.startswith("language_model.backbone.")}
+        if n not in built
+    )
+    assert unseen == [], f"{len(unseen)} checkpoint layers not among the built ones: {unseen[:8]}"
+    wrong = [
+        f"{name}: built {method or 'unquantized'}, expected "
+        + ("quantized (fp8 weight in the file)" if name in quantized else "unquantized")
+        + (" (in the config's ignored_layers)" if name in ignored else "")
+        for name, method in sorted(built.items())
+        if (method is not None) != (name in quantized)
+    ]
+    assert wrong == [], f"{len(wrong)} layers built against the checkpoint's config: {wrong[:6]}"
 
 
 MISSING = [

@@ -28,6 +28,7 @@ from harness.targets.base import (
     MambaStateInfo,
     MinimalBuild,
     MultimodalModel,
+    NotApplicable,
     ProcessorCounts,
     ProcessorMetadata,
     Target,
@@ -250,6 +251,12 @@ class ReferenceTarget(Target):
             elif not torch.equal(value.to(expected.dtype), expected):
                 differing.append(name)
         return LoadedWeights(not_loaded, differing, reads)
+
+    def linear_quantization(self, spec: ModelSpec) -> dict[str, str | None]:
+        raise NotApplicable(
+            "the reference has no quantization: it builds every layer in the model's dtype and "
+            f"reads no quantization_config (spec {spec.slug})"
+        )
 
     def build_minimal(self, spec: ModelSpec, overrides: dict[str, object]) -> MinimalBuild:
         config = minimal_vl_config(spec.vl_config(), overrides=overrides)

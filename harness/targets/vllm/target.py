@@ -203,6 +203,27 @@ class VllmTarget(Target):
         build.load_stream(model, vllm_config, recording_reads(weights, TOWER_PREFIXES, reads))
         return LoadedWeights(*_compare(compared, checkpoint), reads)
 
+    def linear_quantization(self, spec: ModelSpec) -> dict[str, str | None]:
+        from vllm.model_executor.layers.linear import LinearBase, UnquantizedLinearMethod
+
+        model, _ = self._fresh_model(spec, text_only=False)
+        methods: dict[str, str | None] = {}
+        for name, module in model.named_modules():
+            if not isinstance(module, LinearBase):
+                continue
+            source = build.checkpoint_name(f"{name}.weight")
+            if source is None:
+                raise ValueError(f"{name}: a linear layer with no checkpoint tensor known")
+            method = module.quant_method
+            kind = None if isinstance(method, UnquantizedLinearMethod) else type(method).__name__
+            checkpoint_module = source.removesuffix(".weight")
+            if checkpoint_module.endswith(".qkv_proj"):
+                for part in ("q_proj", "k_proj", "v_proj"):
+                    methods[checkpoint_module.removesuffix("qkv_proj") + part] = kind
+            else:
+                methods[checkpoint_module] = kind
+        return methods
+
     def _fresh_model(self, spec: ModelSpec, text_only: bool) -> tuple[Any, Any]:
         """A model of ``spec`` from vLLM's constructor and its engine config, weights not
         loaded (one per spec and mode; every load check poisons its tensors first)."""
