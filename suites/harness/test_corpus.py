@@ -20,7 +20,7 @@ from harness.mutation.corpus import (
     load_corpus,
 )
 from harness.mutation.runner import SuiteJob, SuiteRun, preload, run_many
-from harness.targets.mutants import MUTATIONS, MutationError, write_mutant
+from harness.targets.mutants import MUTATIONS, MutationError, installed_file, write_mutant
 from harness.targets.reference_mutants import REFERENCE_MUTANTS
 from suites.harness.helpers import needs_vllm
 
@@ -99,9 +99,17 @@ def test_every_mutant_is_in_the_corpus():
 def test_each_vllm_mutant_applies_to_the_installed_vllm_exactly_once(name, tmp_path):
     """A mutant whose pattern is gone from the installed vLLM fails here: it must be rewritten
     for the new code, never skipped."""
-    source = write_mutant(name, tmp_path).read_text()
-    with pytest.raises(MutationError, match="found it 0 times"):
-        MUTATIONS[name].apply(source)  # applied already: the pattern is gone
+    mutation = MUTATIONS[name]
+    installed = installed_file(mutation.file).read_text()
+    mutated = write_mutant(name, tmp_path).read_text()  # MutationError unless exactly once
+    assert mutated != installed
+    compile(mutated, str(mutation.file), "exec")  # still Python
+
+
+def test_a_mutant_whose_pattern_is_gone_is_refused():
+    mutation = MUTATIONS["image-embeds-walrus-truthiness"]
+    with pytest.raises(MutationError, match="found it 0 times; the installed vLLM changed"):
+        mutation.apply("def nothing_to_mutate(): ...\n")
 
 
 @pytest.mark.parametrize(
