@@ -138,6 +138,90 @@ MUTATIONS: dict[str, Mutation] = {
             pattern=r'\(\s*"pixel_values_flat_video",\s*"video_embeds"\s*\)',
             replacement='("pixel_values_flat_video",)',
         ),
+        Mutation(
+            name="merge-by-token-id-search",
+            upstream="#16229",
+            description=(
+                "the VL class merges its embeddings into the prompt where the prompt holds the "
+                "image context token id, not where the engine's placeholder mask says: a video's "
+                "separator text and an audio clip's rows have no such token"
+            ),
+            pattern=r"^(?P<indent>[ \t]+)(?P<line>def embed_multimodal\(self, \*\*kwargs: object\))",
+            replacement=(
+                "\\g<indent>def embed_input_ids(\n"
+                "\\g<indent>    self, input_ids, multimodal_embeddings=None, *, is_multimodal=None\n"
+                "\\g<indent>):\n"
+                "\\g<indent>    inputs_embeds = self.language_model.embed_input_ids(input_ids)\n"
+                "\\g<indent>    if multimodal_embeddings is None or len(multimodal_embeddings) == 0:\n"
+                "\\g<indent>        return inputs_embeds\n"
+                "\\g<indent>    context = torch.tensor(\n"
+                "\\g<indent>        self._img_context_token_ids, device=input_ids.device\n"
+                "\\g<indent>    )\n"
+                "\\g<indent>    return _merge_multimodal_embeddings(\n"
+                "\\g<indent>        inputs_embeds=inputs_embeds,\n"
+                "\\g<indent>        multimodal_embeddings=multimodal_embeddings,\n"
+                "\\g<indent>        is_multimodal=torch.isin(input_ids, context),\n"
+                "\\g<indent>    )\n\n"
+                "\\g<indent>\\g<line>"
+            ),
+        ),
+        Mutation(
+            name="stacked-embeds-split-per-row",
+            upstream="#26771",
+            description=(
+                "one static image's embedding returned as a bare [rows, h] tensor, not a "
+                "one-item tuple: `tuple(...)` in embed_multimodal makes each row an item"
+            ),
+            pattern=(
+                r"^(?P<head>[ \t]+# Only one image in the current batch\n"
+                r"[ \t]+if len\(num_patches\) == 1:\n"
+                r"[ \t]+return )\(image_embeds\.view\(-1, self\.config\.text_config\.hidden_size\),\)"
+            ),
+            replacement=r"\g<head>image_embeds.view(-1, self.config.text_config.hidden_size)",
+        ),
+        Mutation(
+            name="static-pixels-without-num-patches",
+            upstream="#32682",
+            description="the static-tile image input built without its num_patches",
+            pattern=(
+                r"^(?P<indent>[ \t]+)pixel_values_flat=pixel_values_flat,\n"
+                r"(?P=indent)num_patches=image_num_patches,\n"
+            ),
+            replacement=r"\g<indent>pixel_values_flat=pixel_values_flat,\n",
+        ),
+        Mutation(
+            name="static-pixels-flat-dropped",
+            upstream="#40724",
+            description=(
+                "the static-tile image input built without pixel_values_flat (popped from the "
+                "keyword arguments, then not passed)"
+            ),
+            pattern=(
+                r"^(?P<indent>[ \t]+)pixel_values_flat=pixel_values_flat,\n"
+                r"(?P<next>(?P=indent)num_patches=image_num_patches,\n)"
+            ),
+            replacement=r"\g<next>",
+        ),
+        Mutation(
+            name="feature-size-cache-by-id",
+            upstream="#38655",
+            description=(
+                "a class-level cache of dynamic-resolution token counts keyed by id(image): an "
+                "image sent again (or one reusing a freed image's id) gets the first count, "
+                "whatever its prompt's budget"
+            ),
+            pattern=(
+                r"^(?P<indent>[ \t]+)feature_size = num_tokens_per_image\[item_idx\]\n"
+            ),
+            replacement=(
+                '\\g<indent>cache = type(self).__dict__.get("feature_size_cache")\n'
+                "\\g<indent>if cache is None:\n"
+                "\\g<indent>    cache = type(self).feature_size_cache = {}\n"
+                "\\g<indent>feature_size = cache.setdefault(\n"
+                "\\g<indent>    id(images.get(item_idx)), num_tokens_per_image[item_idx]\n"
+                "\\g<indent>)\n"
+            ),
+        ),
     )
 }
 
