@@ -49,6 +49,26 @@ class Mutation:
         return mutated
 
 
+def _indented(code: str) -> str:
+    """A replacement that puts ``code``'s lines at the matched ``indent``."""
+    return "".join(f"\\g<indent>{line}\n" if line else "\n" for line in code.splitlines())
+
+
+#: The pre-#16229 merge: the VL class's own ``embed_input_ids``, placing the rows where the prompt
+#: holds the image context token id.
+_MERGE_BY_TOKEN_ID = """\
+def embed_input_ids(self, input_ids, multimodal_embeddings=None, *, is_multimodal=None):
+    inputs_embeds = self.language_model.embed_input_ids(input_ids)
+    if multimodal_embeddings is None or len(multimodal_embeddings) == 0:
+        return inputs_embeds
+    context = torch.tensor(self._img_context_token_ids, device=input_ids.device)
+    return _merge_multimodal_embeddings(
+        inputs_embeds, multimodal_embeddings, torch.isin(input_ids, context)
+    )
+
+"""
+
+
 MUTATIONS: dict[str, Mutation] = {
     m.name: m
     for m in (
@@ -146,24 +166,8 @@ MUTATIONS: dict[str, Mutation] = {
                 "image context token id, not where the engine's placeholder mask says: a video's "
                 "separator text and an audio clip's rows have no such token"
             ),
-            pattern=r"^(?P<indent>[ \t]+)(?P<line>def embed_multimodal\(self, \*\*kwargs: object\))",
-            replacement=(
-                "\\g<indent>def embed_input_ids(\n"
-                "\\g<indent>    self, input_ids, multimodal_embeddings=None, *, is_multimodal=None\n"
-                "\\g<indent>):\n"
-                "\\g<indent>    inputs_embeds = self.language_model.embed_input_ids(input_ids)\n"
-                "\\g<indent>    if multimodal_embeddings is None or len(multimodal_embeddings) == 0:\n"
-                "\\g<indent>        return inputs_embeds\n"
-                "\\g<indent>    context = torch.tensor(\n"
-                "\\g<indent>        self._img_context_token_ids, device=input_ids.device\n"
-                "\\g<indent>    )\n"
-                "\\g<indent>    return _merge_multimodal_embeddings(\n"
-                "\\g<indent>        inputs_embeds=inputs_embeds,\n"
-                "\\g<indent>        multimodal_embeddings=multimodal_embeddings,\n"
-                "\\g<indent>        is_multimodal=torch.isin(input_ids, context),\n"
-                "\\g<indent>    )\n\n"
-                "\\g<indent>\\g<line>"
-            ),
+            pattern=r"^(?P<indent>[ \t]+)(?P<line>def embed_multimodal\(self, \*\*kwargs)",
+            replacement=_indented(_MERGE_BY_TOKEN_ID) + r"\g<indent>\g<line>",
         ),
         Mutation(
             name="stacked-embeds-split-per-row",
@@ -175,9 +179,10 @@ MUTATIONS: dict[str, Mutation] = {
             pattern=(
                 r"^(?P<head>[ \t]+# Only one image in the current batch\n"
                 r"[ \t]+if len\(num_patches\) == 1:\n"
-                r"[ \t]+return )\(image_embeds\.view\(-1, self\.config\.text_config\.hidden_size\),\)"
+                r"[ \t]+return )\((?P<rows>image_embeds\.view\(-1, "
+                r"self\.config\.text_config\.hidden_size\)),\)"
             ),
-            replacement=r"\g<head>image_embeds.view(-1, self.config.text_config.hidden_size)",
+            replacement=r"\g<head>\g<rows>",
         ),
         Mutation(
             name="static-pixels-without-num-patches",
@@ -201,26 +206,6 @@ MUTATIONS: dict[str, Mutation] = {
                 r"(?P<next>(?P=indent)num_patches=image_num_patches,\n)"
             ),
             replacement=r"\g<next>",
-        ),
-        Mutation(
-            name="feature-size-cache-by-id",
-            upstream="#38655",
-            description=(
-                "a class-level cache of dynamic-resolution token counts keyed by id(image): an "
-                "image sent again (or one reusing a freed image's id) gets the first count, "
-                "whatever its prompt's budget"
-            ),
-            pattern=(
-                r"^(?P<indent>[ \t]+)feature_size = num_tokens_per_image\[item_idx\]\n"
-            ),
-            replacement=(
-                '\\g<indent>cache = type(self).__dict__.get("feature_size_cache")\n'
-                "\\g<indent>if cache is None:\n"
-                "\\g<indent>    cache = type(self).feature_size_cache = {}\n"
-                "\\g<indent>feature_size = cache.setdefault(\n"
-                "\\g<indent>    id(images.get(item_idx)), num_tokens_per_image[item_idx]\n"
-                "\\g<indent>)\n"
-            ),
         ),
     )
 }
