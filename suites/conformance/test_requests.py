@@ -9,6 +9,8 @@ What every form must satisfy, whatever the implementation:
   many rows as the prompt positions its placeholder expanded to (the engine scatters row ``i``
   into position ``i``), ``h`` wide; image and audio rows fill the context token's positions;
 - embeddings given in the request come back bit-exact, in their items and order;
+- merged into the prompt (the engine's placeholder mask), each item's rows land at its positions
+  and every other position keeps its token's embedding;
 - processing through the engine's processor cache gives the same prompt and embeddings;
 - every batch the model receives carries one form of its modality, the helper keys that form
   needs, and no None values (so the direct-call checks of those inputs are not reachable from a
