@@ -200,7 +200,8 @@ def build_report(
         "interval_95": [round(low, 4), round(high, 4)],
         "wall_s": round(wall_s, 1),
         "by_operator": {
-            op: {"run": n, "killed": by_operator_killed[op]} for op, n in sorted(by_operator.items())
+            op: {"run": n, "killed": by_operator_killed[op]}
+            for op, n in sorted(by_operator.items())
         },
         "mutants": rows,
     }

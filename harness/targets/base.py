@@ -245,6 +245,18 @@ class MultimodalModel(abc.ABC):
         groups them, ``embed_multimodal`` embeds each batch. Whatever a step raises propagates."""
 
     @abc.abstractmethod
+    def embed_prompt(
+        self,
+        prompt_token_ids: Sequence[int],
+        embeddings: Sequence[torch.Tensor],
+        is_multimodal: Sequence[bool],
+    ) -> torch.Tensor:
+        """The ``[L, h]`` input embeddings the target's model gives its language model for a
+        processed prompt: ``embeddings``' rows, in order, merged as the target's engine merges
+        them (vLLM: the model's ``embed_input_ids`` with the engine's placeholder mask
+        ``is_multimodal``)."""
+
+    @abc.abstractmethod
     def raising_lora_embedding(self) -> contextlib.AbstractContextManager[None]:
         """While active, the language model's ``embed_tokens`` is a LoRA wrapper (the target's
         own wrapper class) whose forward raises: only its ``base_layer`` may be used."""

@@ -51,6 +51,26 @@ class Mutation:
         return mutated
 
 
+def _indented(code: str) -> str:
+    """A replacement that puts ``code``'s lines at the matched ``indent``."""
+    return "".join(f"\\g<indent>{line}\n" if line else "\n" for line in code.splitlines())
+
+
+#: The pre-#16229 merge: the VL class's own ``embed_input_ids``, placing the rows where the prompt
+#: holds the image context token id.
+_MERGE_BY_TOKEN_ID = """\
+def embed_input_ids(self, input_ids, multimodal_embeddings=None, *, is_multimodal=None):
+    inputs_embeds = self.language_model.embed_input_ids(input_ids)
+    if multimodal_embeddings is None or len(multimodal_embeddings) == 0:
+        return inputs_embeds
+    context = torch.tensor(self._img_context_token_ids, device=input_ids.device)
+    return _merge_multimodal_embeddings(
+        inputs_embeds, multimodal_embeddings, torch.isin(input_ids, context)
+    )
+
+"""
+
+
 MUTATIONS: dict[str, Mutation] = {
     m.name: m
     for m in (
@@ -254,6 +274,55 @@ MUTATIONS: dict[str, Mutation] = {
             ),
             replacement=r"\g<indent>num_full_clips, remainder = 0, audio_len",
             file=PARAKEET_FILE,
+        ),
+        Mutation(
+            name="merge-by-token-id-search",
+            upstream="#16229",
+            description=(
+                "the VL class merges its embeddings into the prompt where the prompt holds the "
+                "image context token id, not where the engine's placeholder mask says: a video's "
+                "separator text and an audio clip's rows have no such token"
+            ),
+            pattern=r"^(?P<indent>[ \t]+)(?P<line>def embed_multimodal\(self, \*\*kwargs)",
+            replacement=_indented(_MERGE_BY_TOKEN_ID) + r"\g<indent>\g<line>",
+        ),
+        Mutation(
+            name="stacked-embeds-split-per-row",
+            upstream="#26771",
+            description=(
+                "one static image's embedding returned as a bare [rows, h] tensor, not a "
+                "one-item tuple: `tuple(...)` in embed_multimodal makes each row an item"
+            ),
+            pattern=(
+                r"^(?P<head>[ \t]+# Only one image in the current batch\n"
+                r"[ \t]+if len\(num_patches\) == 1:\n"
+                r"[ \t]+return )\((?P<rows>image_embeds\.view\(-1, "
+                r"self\.config\.text_config\.hidden_size\)),\)"
+            ),
+            replacement=r"\g<head>\g<rows>",
+        ),
+        Mutation(
+            name="static-pixels-without-num-patches",
+            upstream="#32682",
+            description="the static-tile image input built without its num_patches",
+            pattern=(
+                r"^(?P<indent>[ \t]+)pixel_values_flat=pixel_values_flat,\n"
+                r"(?P=indent)num_patches=image_num_patches,\n"
+            ),
+            replacement=r"\g<indent>pixel_values_flat=pixel_values_flat,\n",
+        ),
+        Mutation(
+            name="static-pixels-flat-dropped",
+            upstream="#40724",
+            description=(
+                "the static-tile image input built without pixel_values_flat (popped from the "
+                "keyword arguments, then not passed)"
+            ),
+            pattern=(
+                r"^(?P<indent>[ \t]+)pixel_values_flat=pixel_values_flat,\n"
+                r"(?P<next>(?P=indent)num_patches=image_num_patches,\n)"
+            ),
+            replacement=r"\g<next>",
         ),
     )
 }

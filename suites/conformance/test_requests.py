@@ -9,6 +9,8 @@ What every form must satisfy, whatever the implementation:
   many rows as the prompt positions its placeholder expanded to (the engine scatters row ``i``
   into position ``i``), ``h`` wide; image and audio rows fill the context token's positions;
 - embeddings given in the request come back bit-exact, in their items and order;
+- merged into the prompt (the engine's placeholder mask), each item's rows land at its positions
+  and every other position keeps its token's embedding;
 - processing through the engine's processor cache gives the same prompt and embeddings;
 - every batch the model receives carries one form of its modality, the helper keys that form
   needs, and no None values (so the direct-call checks of those inputs are not reachable from a
@@ -26,7 +28,7 @@ import pytest
 import torch
 
 from harness.assertions import raises_clear_error
-from harness.checkpoint import ModelSpec
+from harness.checkpoint import ModelSpec, checkpoint_weights
 from harness.requests import (
     FORMS_BY_NAME,
     PLACEHOLDER,
@@ -57,6 +59,8 @@ HELPER_KEYS = {
     "pixel_values_flat_video": {"video_num_patches", "frames_indices", "frame_duration_ms"},
     "input_audio_features": {"feature_attention_mask", "audio_num_clips"},
 }
+#: The checkpoint's token embedding table (the language model's ``embed_tokens``).
+EMBEDDING_TABLE = "language_model.backbone.embeddings.weight"
 ROUTING_KEYS = {
     "image": ("pixel_values_flat", "image_embeds"),
     "video": ("pixel_values_flat_video", "video_embeds"),
@@ -136,6 +140,36 @@ def test_request_is_processed_and_embedded(request_runs, form):
         assert cached.items == result.items, "cached placeholders differ"
         for a, b in zip(cached.embeddings, result.embeddings, strict=True):
             assert torch.equal(a, b), "cached processing embeds differently"
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_embeddings_are_merged_at_their_placeholders(request_runs, form):
+    """The prompt's input embeddings: each item's rows, in order, at the positions its
+    placeholder expanded to (the processor's mask, never a search of the prompt for a token id:
+    vLLM PR #16229; a video's rows fill its frame separators and ``<img>``/``</img>`` too, an
+    audio clip's rows its own context token); every other position the checkpoint's embedding
+    row of its token."""
+    spec = FORMS_BY_NAME[form].spec
+    result = request_runs.run(form)
+    ids = result.prompt_token_ids
+    mask = [False] * len(ids)
+    for item in result.items:
+        for position in item.positions:
+            mask[position] = True
+    merged = request_runs.model(form).embed_prompt(ids, result.embeddings, mask)
+    assert tuple(merged.shape) == (len(ids), spec.hidden_size), f"shape {tuple(merged.shape)}"
+    for item, embedding in zip(result.items, result.embeddings, strict=True):
+        expected = embedding.to(merged.dtype)
+        for row, position in enumerate(item.positions):
+            assert torch.equal(merged[position], expected[row]), (
+                f"{item.modality}[{item.index}]: position {position} does not hold its row {row}"
+            )
+    table = checkpoint_weights(spec)[EMBEDDING_TABLE]
+    for position, token in enumerate(ids):
+        if not mask[position]:
+            assert torch.equal(merged[position], table[token].to(merged.dtype)), (
+                f"text position {position} (token {token}) does not hold its token's embedding"
+            )
 
 
 @pytest.mark.self_consistency("each item in a request against the same item in a request alone")
@@ -265,3 +299,28 @@ def test_the_image_budget_is_the_most_an_image_takes(target, make_model):
         f"max_tokens_per_item['image']: expected {most}, the most the processor gave an image "
         f"(grids {largest}, cols x rows), got {budget['image']}"
     )
+
+
+def test_an_image_sent_again_is_counted_for_its_new_context(make_model):
+    """One image object sent to a dynamic-resolution checkpoint with a roomy context, then to one
+    with a 12-token context: the second request gets the count its own context leaves the image,
+    as a copy of the image does. A count cached per image (vLLM PR #38655's class: a class-level
+    cache keyed by the image) must not serve the first context's count to the second. vLLM's
+    parser hands the processor a fresh copy of every PIL image, so a cache keyed by ``id()`` of
+    that copy is reached only when the allocator reuses an address, which this does not force."""
+    roomy = make_model(dynamic_resolution=True)
+    tight = make_model(dynamic_resolution=True, max_model_len=12)
+    image = pil_image(320, 480, 5)
+    request = Request("<image>", images=[image])
+    first = roomy.run_request(request)
+    again = tight.run_request(request)
+    _items_and_rows_agree(request, again, tight.spec.hidden_size)
+    copy = tight.run_request(Request("<image>", images=[image.copy()]))
+    counts = [len(r.items[0].positions) for r in (first, again, copy)]
+    assert counts[0] > counts[2], f"precondition: the contexts give the image {counts} tokens"
+    assert counts[1] == counts[2], (
+        f"the image sent again takes {counts[1]} tokens, its copy {counts[2]} (the roomy "
+        f"context gave it {counts[0]}): the count follows the object, not the context"
+    )
+    length = len(again.prompt_token_ids)
+    assert length <= 12, f"the prompt sent again has {length} tokens, the context 12"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
@@ -16,7 +16,11 @@ from harness.requests import ProcessedRequest, Request, RequestResult
 from harness.targets.base import EncoderCalls, MultimodalModel, ParsedModality
 from harness.targets.reference import requests
 from reference_impl.lora import LoRAContext, LoRAEmbedding
-from reference_impl.model import NanoNemotronVLForConditionalGeneration, NanoNemotronVLModel
+from reference_impl.model import (
+    NanoNemotronVLForConditionalGeneration,
+    NanoNemotronVLModel,
+    merge_multimodal_embeddings,
+)
 
 
 class ReferenceModel(MultimodalModel):
@@ -55,6 +59,18 @@ class ReferenceModel(MultimodalModel):
     def run_request(self, request: Request, *, cached: bool = False) -> RequestResult:
         # The reference processor keeps no cache: cached and uncached runs are the same run.
         return requests.run(self.multimodal, request)
+
+    def embed_prompt(
+        self,
+        prompt_token_ids: Sequence[int],
+        embeddings: Sequence[torch.Tensor],
+        is_multimodal: Sequence[bool],
+    ) -> torch.Tensor:
+        ids = torch.tensor(list(prompt_token_ids), device=self.device)
+        mask = torch.tensor(list(is_multimodal), device=self.device)
+        with torch.no_grad():
+            text = self.model.language_model.embed_input_ids(ids)
+            return merge_multimodal_embeddings(text, [e.to(self.device) for e in embeddings], mask)
 
     @contextlib.contextmanager
     def raising_lora_embedding(self) -> Iterator[None]:

@@ -7,7 +7,7 @@ record each call into :class:`EncoderCalls` without changing what runs.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import torch
@@ -41,6 +41,20 @@ class VllmModel(MultimodalModel):
 
     def run_request(self, request: Request, *, cached: bool = False) -> RequestResult:
         return self.request_path.run(request, cached=cached)
+
+    def embed_prompt(
+        self,
+        prompt_token_ids: Sequence[int],
+        embeddings: Sequence[torch.Tensor],
+        is_multimodal: Sequence[bool],
+    ) -> torch.Tensor:
+        ids = torch.tensor(list(prompt_token_ids), device=self.device)
+        mask = torch.tensor(list(is_multimodal), device=self.device)
+        with self._current_config(), torch.no_grad():
+            merged: torch.Tensor = self.model.embed_input_ids(
+                ids, [e.to(self.device) for e in embeddings], is_multimodal=mask
+            )
+        return merged
 
     def _record_vision(self, module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         if kwargs.get("imgs_sizes") is not None:
