@@ -276,6 +276,25 @@ MUTATIONS: dict[str, Mutation] = {
             file=PARAKEET_FILE,
         ),
         Mutation(
+            name="feature-size-cache-per-image",
+            upstream="#38655",
+            description=(
+                "dynamic-resolution token counts kept in a class-level cache keyed by the image "
+                "(its size: vLLM hands the processor a fresh copy of every image, so upstream's "
+                "id() key is never reused on purpose), whatever the context budget"
+            ),
+            pattern=(r"^(?P<indent>[ \t]+)feature_size = num_tokens_per_image\[item_idx\]$"),
+            replacement=(
+                "\\g<indent>key = tuple(mm_items.get_items('image', ImageProcessorItems)"
+                ".get_image_size(item_idx))\n"
+                "\\g<indent>cache = type(self).__dict__.get('feature_size_cache')\n"
+                "\\g<indent>if cache is None:\n"
+                "\\g<indent>    cache = {}\n"
+                "\\g<indent>    type(self).feature_size_cache = cache\n"
+                "\\g<indent>feature_size = cache.setdefault(key, num_tokens_per_image[item_idx])"
+            ),
+        ),
+        Mutation(
             name="merge-by-token-id-search",
             upstream="#16229",
             description=(
