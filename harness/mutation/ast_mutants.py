@@ -298,8 +298,14 @@ def _sites(
 ) -> Iterator[tuple[ast.AST, str, int, int, str]]:
     """(node, operator, start, end, replacement) for every applicable mutation."""
     skip = _skipped(function)
-    for node in ast.walk(function):
-        if id(node) in skip or node is function:
+    body = [
+        node
+        for statement in function.body
+        for node in ast.walk(statement)
+        if isinstance(node, ast.stmt | ast.expr)  # the nodes with a position
+    ]
+    for node in sorted(body, key=lambda n: (n.lineno, n.col_offset)):
+        if id(node) in skip or (isinstance(node, ast.Expr) and id(node.value) in skip):
             continue
         if isinstance(node, ast.BinOp) and type(node.op) in ARITHMETIC:
             symbol, swapped = ARITHMETIC[type(node.op)]
