@@ -118,7 +118,7 @@ def test_nested_functions_are_mutated_with_their_enclosing_one():
 
 
 def test_an_unknown_function_is_named():
-    with pytest.raises(FunctionNotFound, match="Tiler.size: no such function"):
+    with pytest.raises(FunctionNotFound, match=r"Tiler\.size: no such function"):
         enumerate_mutants(SOURCE, FILE, "Tiler.size")
 
 
