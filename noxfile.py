@@ -7,6 +7,7 @@
     nox -s typecheck     mypy --strict on harness/ and reference_impl/
     nox -s fuzz          long hypothesis runs of the property checks
     nox -s mutants       the kill matrix: every corpus mutant against the suites (reports/mutants)
+    nox -s mutation      the mutation score over vLLM's model code (reports/mutation; resumable)
     nox -s bench         speed of the reference LM beside transformers (reports/benchmarks/)
     nox -s gpu           `pytest -m gpu --device cuda` in the current environment (GPU machines)
 
@@ -170,6 +171,24 @@ def mutants(session: nox.Session) -> None:
         shared_python(session),
         "-m",
         "harness.mutation.matrix",
+        *session.posargs,
+        env=CPU_ENV,
+        external=True,
+    )
+
+
+@nox.session(venv_backend="none")
+def mutation(session: nox.Session) -> None:
+    """The mutation score: a seeded sample of 300 first-order mutants of the functions the
+    suites cover, each against its covering suites: reports/mutation.{md,json}. Outside CI
+    (about an hour on 2 cores); resumable: a second run skips the mutants already run.
+
+    Arguments after `--` go to `python -m harness.mutation.score`, e.g. `-- --fresh`.
+    """
+    session.run(
+        shared_python(session),
+        "-m",
+        "harness.mutation.score",
         *session.posargs,
         env=CPU_ENV,
         external=True,
