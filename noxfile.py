@@ -83,6 +83,11 @@ def pytest(session: nox.Session, *args: str, env: dict[str, str] | None = None) 
     )
 
 
+def python_module(session: nox.Session, module: str) -> None:
+    """``python -m MODULE POSARGS`` in the shared environment, on CPU."""
+    session.run(shared_python(session), "-m", module, *session.posargs, env=CPU_ENV, external=True)
+
+
 @nox.session(venv_backend="none")
 def tests(session: nox.Session) -> None:
     """The harness's own tests and the suites on `reference`, then the suites on `vllm`."""
@@ -109,8 +114,7 @@ def conformance(session: nox.Session) -> None:
     Arguments after `--` go to `python -m harness.conformance`, e.g.
     `nox -s conformance -- --target vllm-file:/path/to/nano_nemotron_vl.py`.
     """
-    python = shared_python(session)
-    session.run(python, "-m", "harness.conformance", *session.posargs, env=CPU_ENV, external=True)
+    python_module(session, "harness.conformance")
 
 
 @nox.session(reuse_venv=True)
@@ -128,14 +132,7 @@ def lint_survey(session: nox.Session) -> None:
     """no-tensor-truthiness over the installed vllm, torch, transformers and the standard
     library (crash-free counts), the reviewed vLLM model findings and the speed against ruff:
     reports/lint-survey.{md,json}."""
-    session.run(
-        shared_python(session),
-        "-m",
-        "harness.lint.survey",
-        *session.posargs,
-        env=CPU_ENV,
-        external=True,
-    )
+    python_module(session, "harness.lint.survey")
 
 
 @nox.session(venv_backend="none")
@@ -167,14 +164,7 @@ def mutants(session: nox.Session) -> None:
 
     Arguments after `--` go to `python -m harness.mutation.matrix`, e.g. `-- --only NAME`.
     """
-    session.run(
-        shared_python(session),
-        "-m",
-        "harness.mutation.matrix",
-        *session.posargs,
-        env=CPU_ENV,
-        external=True,
-    )
+    python_module(session, "harness.mutation.matrix")
 
 
 @nox.session(venv_backend="none")
@@ -185,14 +175,7 @@ def mutation(session: nox.Session) -> None:
 
     Arguments after `--` go to `python -m harness.mutation.score`, e.g. `-- --fresh`.
     """
-    session.run(
-        shared_python(session),
-        "-m",
-        "harness.mutation.score",
-        *session.posargs,
-        env=CPU_ENV,
-        external=True,
-    )
+    python_module(session, "harness.mutation.score")
 
 
 @nox.session(venv_backend="none")

@@ -244,7 +244,6 @@ class MultimodalModel(abc.ABC):
         makes the model's inputs (through its processor cache when ``cached``), its batching
         groups them, ``embed_multimodal`` embeds each batch. Whatever a step raises propagates."""
 
-    @abc.abstractmethod
     def embed_prompt(
         self,
         prompt_token_ids: Sequence[int],
@@ -255,11 +254,20 @@ class MultimodalModel(abc.ABC):
         processed prompt: ``embeddings``' rows, in order, merged as the target's engine merges
         them (vLLM: the model's ``embed_input_ids`` with the engine's placeholder mask
         ``is_multimodal``)."""
+        ids = torch.tensor(list(prompt_token_ids), device=self.device)
+        mask = torch.tensor(list(is_multimodal), device=self.device)
+        with torch.no_grad():
+            return self._merge(ids, [e.to(self.device) for e in embeddings], mask)
 
     @abc.abstractmethod
     def raising_lora_embedding(self) -> contextlib.AbstractContextManager[None]:
         """While active, the language model's ``embed_tokens`` is a LoRA wrapper (the target's
         own wrapper class) whose forward raises: only its ``base_layer`` may be used."""
+
+    @abc.abstractmethod
+    def _merge(
+        self, ids: torch.Tensor, embeddings: list[torch.Tensor], is_multimodal: torch.Tensor
+    ) -> torch.Tensor: ...
 
     @abc.abstractmethod
     def _parse(self, **kwargs: object) -> dict[str, ParsedModality]: ...

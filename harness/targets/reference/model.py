@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -60,17 +60,11 @@ class ReferenceModel(MultimodalModel):
         # The reference processor keeps no cache: cached and uncached runs are the same run.
         return requests.run(self.multimodal, request)
 
-    def embed_prompt(
-        self,
-        prompt_token_ids: Sequence[int],
-        embeddings: Sequence[torch.Tensor],
-        is_multimodal: Sequence[bool],
+    def _merge(
+        self, ids: torch.Tensor, embeddings: list[torch.Tensor], is_multimodal: torch.Tensor
     ) -> torch.Tensor:
-        ids = torch.tensor(list(prompt_token_ids), device=self.device)
-        mask = torch.tensor(list(is_multimodal), device=self.device)
-        with torch.no_grad():
-            text = self.model.language_model.embed_input_ids(ids)
-            return merge_multimodal_embeddings(text, [e.to(self.device) for e in embeddings], mask)
+        text = self.model.language_model.embed_input_ids(ids)
+        return merge_multimodal_embeddings(text, embeddings, is_multimodal)
 
     @contextlib.contextmanager
     def raising_lora_embedding(self) -> Iterator[None]:

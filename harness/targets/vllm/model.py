@@ -7,7 +7,7 @@ record each call into :class:`EncoderCalls` without changing what runs.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -42,17 +42,12 @@ class VllmModel(MultimodalModel):
     def run_request(self, request: Request, *, cached: bool = False) -> RequestResult:
         return self.request_path.run(request, cached=cached)
 
-    def embed_prompt(
-        self,
-        prompt_token_ids: Sequence[int],
-        embeddings: Sequence[torch.Tensor],
-        is_multimodal: Sequence[bool],
+    def _merge(
+        self, ids: torch.Tensor, embeddings: list[torch.Tensor], is_multimodal: torch.Tensor
     ) -> torch.Tensor:
-        ids = torch.tensor(list(prompt_token_ids), device=self.device)
-        mask = torch.tensor(list(is_multimodal), device=self.device)
-        with self._current_config(), torch.no_grad():
+        with self._current_config():
             merged: torch.Tensor = self.model.embed_input_ids(
-                ids, [e.to(self.device) for e in embeddings], is_multimodal=mask
+                ids, embeddings, is_multimodal=is_multimodal
             )
         return merged
 
