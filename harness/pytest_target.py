@@ -25,6 +25,7 @@ from harness.targets import (
     ModelSpec,
     MultimodalModel,
     NeedsCuda,
+    NotImplementedByTarget,
     Target,
     TargetLoadError,
     TargetUnavailable,
@@ -115,11 +116,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item: pytest.Item) -> object:
-    """A check the target cannot build on a CPU skips with the target's reason."""
+    """A check the target cannot build on a CPU, or whose input the target does not implement,
+    skips with the target's reason."""
     try:
         return (yield)
     except NeedsCuda as e:
         pytest.skip(f"needs CUDA: {e}")
+    except NotImplementedByTarget as e:
+        pytest.skip(f"not implemented by target {current_target(item.config).name!r}: {e}")
 
 
 def current_target(config: pytest.Config) -> Target:

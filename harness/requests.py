@@ -15,6 +15,7 @@ send, each on the checkpoint variant it needs. Media are deterministic functions
 from __future__ import annotations
 
 import functools
+import io
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -51,6 +52,21 @@ class VideoClip:
         }
 
 
+@dataclass(frozen=True)
+class VideoFile(VideoClip):
+    """A video file (``data``: the container's bytes) with its frames as a loader decodes them.
+
+    Its metadata carries the bytes as vLLM's ``nemotron_vl`` video loader keeps them
+    (``original_video_bytes``), for a request that asks for the file's audio track too
+    (:attr:`Request.audio_in_video`).
+    """
+
+    data: bytes
+
+    def metadata(self) -> dict[str, object]:
+        return {**super().metadata(), "original_video_bytes": self.data}
+
+
 #: One modality's items: media (PIL images or ``[H, W, 3]`` uint8 arrays; clips; mono float32
 #: audio at :data:`AUDIO_SAMPLE_RATE`), or precomputed embeddings: a stacked ``[n, f, h]`` tensor
 #: or a list of ``[f_i, h]`` tensors.
@@ -65,6 +81,13 @@ class Request:
     images: Items = field(default_factory=list)
     videos: Items = field(default_factory=list)
     audios: Items = field(default_factory=list)
+    #: vLLM's ``use_audio_in_video`` processor option: each video's audio track (the videos are
+    #: :class:`VideoFile` items) is also an audio item, placed after the video's placeholder.
+    audio_in_video: bool = False
+
+    def processor_kwargs(self) -> dict[str, object]:
+        """vLLM's ``mm_processor_kwargs`` for this request."""
+        return {"use_audio_in_video": True} if self.audio_in_video else {}
 
     def items(self, modality: RequestModality) -> Items:
         return {"image": self.images, "video": self.videos, "audio": self.audios}[modality]
@@ -191,6 +214,55 @@ def audio_clip(seconds: float, seed: int) -> np.ndarray:
     """Mono float32 noise at :data:`AUDIO_SAMPLE_RATE`."""
     samples = int(seconds * AUDIO_SAMPLE_RATE)
     return (0.1 * _rng(seed).standard_normal(samples)).astype(np.float32)
+
+
+def video_file(
+    num_frames: int, height: int, width: int, seed: int, *, audio_seconds: float | None
+) -> VideoFile:
+    """A Matroska file made with PyAV: ``num_frames`` noise frames at 2 fps (MPEG-4 Part 2) and,
+    unless ``audio_seconds`` is None, a 440 Hz tone of that length (16-bit PCM at
+    :data:`AUDIO_SAMPLE_RATE`, mono: decoded sample for sample); its frames decoded back."""
+    import av
+
+    fps = 2
+    frames = _rng(seed).integers(0, 256, (num_frames, height, width, 3), dtype=np.uint8)
+    buffer = io.BytesIO()
+    with av.open(buffer, "w", format="matroska") as container:
+        video = container.add_stream("mpeg4", rate=fps)
+        video.width, video.height, video.pix_fmt = width, height, "yuv420p"
+        audio = None
+        if audio_seconds is not None:
+            audio = container.add_stream("pcm_s16le", rate=AUDIO_SAMPLE_RATE, layout="mono")
+        for index, array in enumerate(frames):
+            frame = av.VideoFrame.from_ndarray(array, format="rgb24")
+            frame.pts = index
+            container.mux(video.encode(frame))
+        container.mux(video.encode(None))
+        if audio is not None and audio_seconds is not None:
+            samples = round(audio_seconds * AUDIO_SAMPLE_RATE)
+            t = np.arange(samples) / AUDIO_SAMPLE_RATE
+            tone = (0.3 * 32767 * np.sin(2 * np.pi * 440.0 * t)).astype(np.int16)
+            for start in range(0, samples, 1024):
+                chunk = av.AudioFrame.from_ndarray(
+                    tone[None, start : start + 1024], format="s16", layout="mono"
+                )
+                chunk.sample_rate, chunk.pts = AUDIO_SAMPLE_RATE, start
+                container.mux(audio.encode(chunk))
+            container.mux(audio.encode(None))
+    data = buffer.getvalue()
+    with av.open(io.BytesIO(data), "r") as container:
+        decoded = [f.to_ndarray(format="rgb24") for f in container.decode(video=0)]
+    return VideoFile(np.stack(decoded), float(fps), tuple(range(len(decoded))), data)
+
+
+def video_file_with_audio(seconds: float, seed: int) -> VideoFile:
+    """A two-frame 64 x 64 video file whose audio track lasts ``seconds``."""
+    return video_file(2, 64, 64, seed, audio_seconds=seconds)
+
+
+def video_file_without_audio(seed: int) -> VideoFile:
+    """A two-frame 64 x 64 video file with no audio track."""
+    return video_file(2, 64, 64, seed, audio_seconds=None)
 
 
 def embedding_rows(rows: int, hidden_size: int, seed: int) -> torch.Tensor:

@@ -50,6 +50,11 @@ class TargetUnavailable(RuntimeError):
     """The target's implementation is not installed here (its checks skip with this reason)."""
 
 
+class NotImplementedByTarget(RuntimeError):
+    """The target does not implement this input yet (the message says which and why): the
+    check skips with that reason, never passes."""
+
+
 class NeedsCuda(RuntimeError):
     """The target cannot build this on a CPU (a layer with no CPU implementation): the check
     skips with this reason on a CPU and runs where CUDA is present."""
@@ -242,7 +247,9 @@ class MultimodalModel(abc.ABC):
     def run_request(self, request: Request, *, cached: bool = False) -> RequestResult:
         """A user's request as the target's engine runs it: its processor expands the prompt and
         makes the model's inputs (through its processor cache when ``cached``), its batching
-        groups them, ``embed_multimodal`` embeds each batch. Whatever a step raises propagates."""
+        groups them, ``embed_multimodal`` embeds each batch. Whatever a step raises propagates;
+        an input the target does not implement yet (the reference: ``audio_in_video``) raises
+        :class:`NotImplementedByTarget`."""
 
     def embed_prompt(
         self,

@@ -3,6 +3,8 @@ once per process with its outcome (result or exception) kept."""
 
 from __future__ import annotations
 
+import io
+
 import numpy as np
 import pytest
 import torch
@@ -15,6 +17,8 @@ from harness.requests import (
     REQUEST_FORMS,
     Request,
     video_clip,
+    video_file_with_audio,
+    video_file_without_audio,
 )
 from harness.targets.reference import ReferenceTarget
 
@@ -37,6 +41,32 @@ def test_media_in_vllms_multi_modal_data_form():
         "video_backend": "opencv",
     }
     assert data["audio"] == [(audio, AUDIO_SAMPLE_RATE)]
+
+
+def test_a_video_file_holds_its_frames_and_its_audio_track():
+    """The file's track, read back with PyAV: 16 kHz mono PCM of exactly the length asked; the
+    frames decoded from it; the bytes in the metadata as vLLM's ``nemotron_vl`` loader keeps
+    them, and ``use_audio_in_video`` among the processor options."""
+    import av
+
+    video = video_file_with_audio(1.5, seed=3)
+    with av.open(io.BytesIO(video.data), "r") as container:
+        [stream] = container.streams.audio
+        samples = sum(frame.samples for frame in container.decode(stream))
+        assert (stream.rate, stream.channels) == (AUDIO_SAMPLE_RATE, 1)
+    assert samples == 1.5 * AUDIO_SAMPLE_RATE
+    assert video.frames.shape == (2, 64, 64, 3)
+    request = Request("<video>", videos=[video], audio_in_video=True)
+    [(frames, metadata)] = request.multi_modal_data()["video"]
+    assert frames is video.frames
+    assert metadata["original_video_bytes"] is video.data
+    assert request.processor_kwargs() == {"use_audio_in_video": True}
+    assert Request("<video>", videos=[video]).processor_kwargs() == {}
+
+    silent = video_file_without_audio(seed=4)
+    with av.open(io.BytesIO(silent.data), "r") as container:
+        assert not container.streams.audio
+        assert len(container.streams.video) == 1
 
 
 @pytest.mark.parametrize("stacked", [True, False])

@@ -17,6 +17,7 @@ from harness.requests import (
     RequestResult,
     VideoClip,
 )
+from harness.targets.base import NotImplementedByTarget
 from reference_impl.config import ConfigError
 from reference_impl.model import NanoNemotronVLModel
 from reference_impl.processor import (
@@ -64,6 +65,11 @@ def process(processor: NanoNemotronVLProcessor, request: Request) -> ProcessorOu
 
 
 def _processed(model: NanoNemotronVLModel, request: Request) -> ProcessorOutput:
+    if request.audio_in_video:
+        raise NotImplementedByTarget(
+            "audio_in_video: the reference processor does not take a video's audio track "
+            "(vLLM's use_audio_in_video) yet"
+        )
     sampling_rate = model.config.sound_config.sampling_rate if model.config.sound_config else None
     if request.audios and sampling_rate != AUDIO_SAMPLE_RATE:
         raise ConfigError("audios", f"audio at {sampling_rate} Hz", f"{AUDIO_SAMPLE_RATE} Hz")

@@ -46,7 +46,7 @@ class VllmRequestPath:
         return self.processor(
             request.prompt,
             items,
-            hf_processor_mm_kwargs={},
+            hf_processor_mm_kwargs=request.processor_kwargs(),
             cache=self.cache if cached else None,
         )
 
