@@ -168,7 +168,12 @@ def media_requests(
     modalities = ["image", "video", "audio"] if spec.audio else ["image", "video"]
     present = draw(st.lists(st.sampled_from(modalities), min_size=1, max_size=3, unique=True))
     items: dict[str, Items] = {m: draw(_media(m, bounds)) for m in present}
-    return UserRequest(_prompt(draw, items), **{m + "s": v for m, v in items.items()})
+    return UserRequest(
+        _prompt(draw, items),
+        images=items.get("image", []),
+        videos=items.get("video", []),
+        audios=items.get("audio", []),
+    )
 
 
 @st.composite
@@ -179,5 +184,8 @@ def embedding_requests(
     ``bounds``."""
     if modality not in ("image", "video"):
         raise ValueError(f"modality: expected 'image' or 'video', got {modality!r}")
-    items: dict[str, Items] = {modality: draw(_embeddings(spec, bounds))}
-    return UserRequest(_prompt(draw, items), **{modality + "s": items[modality]})
+    given = draw(_embeddings(spec, bounds))
+    prompt = _prompt(draw, {modality: given})
+    if modality == "image":
+        return UserRequest(prompt, images=given)
+    return UserRequest(prompt, videos=given)

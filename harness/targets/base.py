@@ -51,18 +51,14 @@ class TargetUnavailable(RuntimeError):
 
 
 class NotImplementedByTarget(RuntimeError):
-    """The target does not implement this input yet (the message says which and why): the
-    check skips with that reason, never passes."""
+    """The target does not implement this input or capability (the message says which and why:
+    the reference's audio from a video, quantization): the check skips with that reason, never
+    passes."""
 
 
 class NeedsCuda(RuntimeError):
     """The target cannot build this on a CPU (a layer with no CPU implementation): the check
     skips with this reason on a CPU and runs where CUDA is present."""
-
-
-class NotApplicable(RuntimeError):
-    """The target has no such capability at all (the reference has no quantized layers): a
-    check of it does not apply to this target and says so, on every device."""
 
 
 @dataclass(frozen=True)
@@ -377,7 +373,7 @@ class Target(abc.ABC):
         """The linear layers the target's constructor builds for ``spec``'s checkpoint folder
         (its ``quantization_config`` as the target reads it), by checkpoint module name (a
         fused layer under each of its checkpoint parts): the name of the quantization method
-        each is built with, None for unquantized. Raises :class:`NotApplicable` on a target
+        each is built with, None for unquantized. Raises :class:`NotImplementedByTarget` on a target
         without quantization."""
 
     # Input contracts ---------------------------------------------------------------------

@@ -28,7 +28,7 @@ from harness.targets.base import (
     MambaStateInfo,
     MinimalBuild,
     MultimodalModel,
-    NotApplicable,
+    NotImplementedByTarget,
     ProcessorCounts,
     ProcessorMetadata,
     Target,
@@ -253,7 +253,7 @@ class ReferenceTarget(Target):
         return LoadedWeights(not_loaded, differing, reads)
 
     def linear_quantization(self, spec: ModelSpec) -> dict[str, str | None]:
-        raise NotApplicable(
+        raise NotImplementedByTarget(
             "the reference has no quantization: it builds every layer in the model's dtype and "
             f"reads no quantization_config (spec {spec.slug})"
         )
