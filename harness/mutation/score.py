@@ -7,12 +7,16 @@ package) and run against only the suites that cover its function, from one proce
 or passes its time limit; a check that stops failing (a known deviation passing) kills it too,
 since behaviour changed and the suites saw it.
 
-The score is killed / (sampled - equivalent), with a 95% Wilson interval for the sampling error.
-Every survivor is classified in ``fixtures/mutation_survivors.toml``: ``equivalent`` (with the
-reason the mutant cannot change behaviour) or ``killed`` by a check added since (named); a
-survivor not classified there is listed as such.
+Each survivor is then run again against the whole conformance suites as they are now
+(``--recheck``): a check outside its concern's suites, or one added since, may kill it, and the
+report names that check. A survivor left is classified in ``fixtures/mutation_survivors.toml``:
+``equivalent`` (with the reason it cannot change behaviour) or ``gpu-only`` (with the reason only
+a run on a GPU could show it); one not classified there is listed as such.
+
+The score is killed / (run - equivalent), with a 95% Wilson interval for the sampling error.
 
     python -m harness.mutation.score [--sample 300] [--seed 0] [--parallel 2] [--fresh]
+    python -m harness.mutation.score --recheck      # the survivors against every suite
 
 Resumable: each finished mutant is appended to ``reports/mutation-runs.jsonl``; a later run skips
 those (same sample and seed) unless ``--fresh``. Writes ``reports/mutation.{md,json}``.
@@ -45,7 +49,8 @@ DEFAULT_SAMPLE = 300
 #: A mutant that loops or stalls is killed after this many seconds (its suites take at most
 #: about two minutes on a 2-core machine unmutated).
 RUN_TIMEOUT_S = 300.0
-VERDICTS = ("equivalent", "killed")
+VERDICTS = ("equivalent", "gpu-only")
+RECHECK_SUITES = ("suites/conformance",)
 
 
 class SurvivorFileError(ValueError):
@@ -55,7 +60,7 @@ class SurvivorFileError(ValueError):
 @dataclass(frozen=True)
 class Classification:
     verdict: str  # one of VERDICTS
-    reason: str  # why it is equivalent, or which check kills it now
+    reason: str  # why it cannot change behaviour, or why only a GPU run could show it
 
 
 def load_survivors(path: Path = SURVIVORS_FILE) -> dict[str, Classification]:
@@ -95,20 +100,34 @@ def _outcome(run_returncode: int, failed: list[str], problems: list[str]) -> str
 
 
 def _run_sample(
-    mutants: list[AstMutant], done: dict[str, dict[str, Any]], parallel: int, workdir: Path
+    mutants: list[AstMutant],
+    done: dict[str, dict[str, Any]],
+    parallel: int,
+    workdir: Path,
+    *,
+    recheck: bool = False,
 ) -> None:
+    """Run each mutant not run yet against its covering suites; with ``recheck``, each survivor
+    not rechecked yet against every conformance suite."""
     suites_of = {(c.file, c.qualname): c.suites for c in COVERED}
     jobs: list[SuiteJob] = []
     for mutant in mutants:
-        if mutant.id in done:
+        if recheck:
+            row = done.get(mutant.id)
+            if row is None or row["status"] != "survived" or "recheck" in row:
+                continue
+            suites: tuple[str, ...] = RECHECK_SUITES
+        elif mutant.id in done:
             continue
+        else:
+            suites = tuple(suites_of[mutant.file, mutant.qualname])
         folder = workdir / f"m{len(jobs):04d}"
         path = write_mutant_file(mutant, folder / "src")
         jobs.append(
             SuiteJob(
                 mutant.id,
                 f"vllm-file:{path}",
-                tuple(suites_of[mutant.file, mutant.qualname]),
+                suites,
                 folder,
                 extra_args=("-x",),  # the first failing check kills it
             )
@@ -129,10 +148,13 @@ def _run_sample(
             ),
             "wall_s": run.wall_s,
         }
+        if recheck:
+            row = {**done[run.key], "recheck": row}
         done[run.key] = row
         with RUNS_FILE.open("a") as f:
             f.write(json.dumps(row) + "\n")
-        print(f"[mutation] {count}/{len(jobs)} {row['status']}: {run.key}", flush=True)
+        status = row["recheck"]["status"] if recheck else row["status"]
+        print(f"[mutation] {count}/{len(jobs)} {status}: {run.key}", flush=True)
 
 
 def _read_runs() -> tuple[dict[str, dict[str, Any]], float]:
@@ -165,19 +187,28 @@ def build_report(
         )
         if row["status"] == "survived":
             known = survivors.get(mutant.id)
-            row["classification"] = (
-                {"verdict": "unclassified", "reason": ""}
-                if known is None
-                else {"verdict": known.verdict, "reason": known.reason}
-            )
+            recheck = row.get("recheck")
+            if recheck is not None and recheck["status"].startswith("killed"):
+                killer = (recheck["killed_by"] or ["its time limit"])[0]
+                row["classification"] = {
+                    "verdict": "killed on recheck",
+                    "reason": f"{killer}: {recheck['reason']}",
+                }
+            elif known is not None:
+                row["classification"] = {"verdict": known.verdict, "reason": known.reason}
+            else:
+                row["classification"] = {"verdict": "unclassified", "reason": ""}
         rows.append(row)
     run = [r for r in rows if r["status"] != "not run"]
+
+    def verdicts(name: str) -> int:
+        return sum(r.get("classification", {}).get("verdict") == name for r in run)
+
     killed = sum(r["status"].startswith("killed") for r in run)
-    killed_later = sum(
-        r.get("classification", {}).get("verdict") == "killed" for r in run
-    )  # survivors a check added since kills
-    equivalent = sum(r.get("classification", {}).get("verdict") == "equivalent" for r in run)
-    unclassified = sum(r.get("classification", {}).get("verdict") == "unclassified" for r in run)
+    killed_later = verdicts("killed on recheck")
+    equivalent = verdicts("equivalent")
+    gpu_only = verdicts("gpu-only")
+    unclassified = verdicts("unclassified")
     denominator = len(run) - equivalent
     score = (killed + killed_later) / denominator if denominator else 0.0
     low, high = wilson_interval(killed + killed_later, denominator)
@@ -193,8 +224,9 @@ def build_report(
         "run": len(run),
         "functions": [f"{c.file}:{c.qualname}" for c in COVERED],
         "killed_by_suites": killed,
-        "killed_by_checks_added_since": killed_later,
+        "killed_on_recheck": killed_later,
         "equivalent": equivalent,
+        "gpu_only": gpu_only,
         "unclassified_survivors": unclassified,
         "score": round(score, 4),
         "interval_95": [round(low, 4), round(high, 4)],
@@ -217,8 +249,10 @@ def render_markdown(report: dict[str, Any]) -> str:
         f"claim to cover; {report['run']} run, wall time {report['wall_s']:.0f} s.",
         "",
         f"- killed by the suites: {report['killed_by_suites']}",
-        f"- survivors killed by checks added since: {report['killed_by_checks_added_since']}",
+        f"- survivors killed on recheck against every suite (a check outside the function's "
+        f"concern, or added since): {report['killed_on_recheck']}",
         f"- equivalent (cannot change behaviour): {report['equivalent']}",
+        f"- only a GPU run could show (counted as survivors): {report['gpu_only']}",
         f"- survivors not classified: {report['unclassified_survivors']}",
         f"- **score: {report['score']:.1%}** of non-equivalent mutants killed "
         f"(95% interval {low:.1%} to {high:.1%})",
@@ -249,6 +283,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--parallel", type=int, default=min(2, os.cpu_count() or 1))
     parser.add_argument("--fresh", action="store_true", help="forget earlier runs")
     parser.add_argument("--report-only", action="store_true", help="rebuild the report")
+    parser.add_argument(
+        "--recheck", action="store_true", help="run the survivors against every suite"
+    )
     args = parser.parse_args(argv)
     if args.sample < 1 or args.parallel < 1:
         parser.error("--sample and --parallel: expected positive numbers")
@@ -263,7 +300,7 @@ def main(argv: list[str] | None = None) -> int:
         started = time.perf_counter()
         with tempfile.TemporaryDirectory(prefix="mutation-") as tmp:
             try:
-                _run_sample(mutants, done, args.parallel, Path(tmp))
+                _run_sample(mutants, done, args.parallel, Path(tmp), recheck=args.recheck)
             finally:  # an interrupted session counts too: its mutants are kept
                 session = time.perf_counter() - started
                 with RUNS_FILE.open("a") as f:

@@ -111,3 +111,15 @@ def test_max_tokens_per_item(target, spec):
     assert answer["image"] == image, f"an image takes at most {image} tokens, got {answer}"
     for modality in ("video", "audio") if spec.audio else ("video",):
         assert 1 <= answer[modality] <= SEQ_LEN, f"{modality}: {answer[modality]}"
+
+
+@pytest.mark.parametrize("spec", SPECS.values(), ids=SPECS.keys())
+@pytest.mark.parametrize("asked", ["image", "video", "audio", "image+video", "none"])
+def test_max_tokens_per_item_answers_only_the_modalities_asked(target, spec, asked):
+    """The engine asks with a count for every modality, 0 for those a request may not carry
+    (a limit of 0): the answer names exactly the modalities with a count above 0."""
+    supported = ["image", "video", "audio"] if spec.audio else ["image", "video"]
+    wanted = {m for m in asked.split("+") if m in supported}
+    counts = {m: (1 if m in wanted else 0) for m in supported}
+    answer = target.metadata(spec, build_tokenizer()).max_tokens_per_item(SEQ_LEN, counts)
+    assert set(answer) == wanted, f"asked with counts {counts}, answered for {sorted(answer)}"
