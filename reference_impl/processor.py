@@ -368,6 +368,19 @@ def max_tokens_per_item(config: VLConfig, seq_len: int, counts: dict[str, int]) 
     return out
 
 
+def profiling_video_frames(config: VLConfig, seq_len: int, counts: dict[str, int]) -> int:
+    """Frames per video of the dummy request an engine profiles memory with: the sequence less
+    the images' most tokens (:func:`max_tokens_per_item`, static tiles), shared equally among
+    the videos in whole tubelets of ``T`` frames, each tubelet one tile's tokens; at least one.
+    """
+    images = counts.get("image", 0)
+    image_tokens = (
+        images * max_tokens_per_item(config, seq_len, {"image": 1})["image"] if images else 0
+    )
+    tubelets = (seq_len - image_tokens) // config.num_image_token // max(counts.get("video", 0), 1)
+    return max(tubelets * config.video_temporal_patch_size, 1)
+
+
 def _image_tensor(image: object, index: int) -> torch.Tensor:
     """An ``[H, W, 3]`` RGB image (uint8 or 0..255 floats) as float ``[3, H, W]``."""
     x = torch.as_tensor(image)

@@ -315,6 +315,10 @@ class ProcessorMetadata(abc.ABC):
     def max_tokens_per_item(self, seq_len: int, counts: dict[str, int]) -> dict[str, int]:
         """The most tokens one item of each modality in ``counts`` can take."""
 
+    @abc.abstractmethod
+    def profiling_video_frames(self, seq_len: int, counts: dict[str, int]) -> int:
+        """Frames per video of the dummy request the engine profiles memory with."""
+
 
 class Target(abc.ABC):
     """An implementation under test."""

@@ -123,3 +123,32 @@ def test_max_tokens_per_item_answers_only_the_modalities_asked(target, spec, ask
     counts = {m: (1 if m in wanted else 0) for m in supported}
     answer = target.metadata(spec, build_tokenizer()).max_tokens_per_item(SEQ_LEN, counts)
     assert set(answer) == wanted, f"asked with counts {counts}, answered for {sorted(answer)}"
+
+
+PROFILED = {"t1": ModelSpec(), "t2": ModelSpec(video_temporal_patch_size=2)}
+COUNTS = {
+    "one-video": {"video": 1},
+    "image-video": {"image": 1, "video": 1},
+    "2-3": {"image": 2, "video": 3},
+}
+
+
+@pytest.mark.parametrize("counts", COUNTS.values(), ids=COUNTS.keys())
+@pytest.mark.parametrize("spec", PROFILED.values(), ids=PROFILED.keys())
+def test_the_profiling_videos_take_what_the_images_leave(target, spec, counts):
+    """The engine profiles memory with a dummy request at the context's limit (vLLM PR #38727's
+    class: a budget that disagrees with what the processor produces): each image at its most
+    tokens ((max_num_tiles + thumbnail) x tokens per tile), the rest of the context shared
+    equally among the videos in whole tubelets of T frames, one tile's tokens per tubelet, at
+    least one frame. A modality missing from the counts counts 0."""
+    config = spec.vl_config()
+    tiles = config.max_num_tiles + (1 if config.use_thumbnail else 0)
+    image_tokens = counts.get("image", 0) * tiles * spec.tokens_per_tile
+    tubelets = (SEQ_LEN - image_tokens) // spec.tokens_per_tile // counts["video"]
+    expected = max(tubelets * spec.video_temporal_patch_size, 1)
+    frames = target.metadata(spec, build_tokenizer()).profiling_video_frames(SEQ_LEN, counts)
+    assert frames == expected, (
+        f"{counts} in {SEQ_LEN} tokens: expected {expected} frames per video "
+        f"({image_tokens} image tokens, {spec.tokens_per_tile} per tubelet of "
+        f"{spec.video_temporal_patch_size}), got {frames}"
+    )

@@ -114,6 +114,9 @@ class ConfigMetadata(ProcessorMetadata):
     def max_tokens_per_item(self, seq_len: int, counts: dict[str, int]) -> dict[str, int]:
         return self._answer(lambda: processor.max_tokens_per_item(self.config, seq_len, counts))
 
+    def profiling_video_frames(self, seq_len: int, counts: dict[str, int]) -> int:
+        return self._answer(lambda: processor.profiling_video_frames(self.config, seq_len, counts))
+
 
 #: The layer kind (pattern letter) of each mixer class of the reference language model.
 MIXER_LETTERS: dict[type[nn.Module], str] = {

@@ -118,6 +118,9 @@ class CountingMetadata(ProcessorMetadata):
         answer = self.info.get_mm_max_tokens_per_item(seq_len=seq_len, mm_counts=counts)
         return {modality: int(tokens) for modality, tokens in answer.items()}
 
+    def profiling_video_frames(self, seq_len: int, counts: dict[str, int]) -> int:
+        return int(self.info.get_num_frames_with_most_features(seq_len, counts))
+
 
 class VllmTarget(Target):
     """The installed vLLM."""
