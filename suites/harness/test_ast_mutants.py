@@ -16,7 +16,7 @@ from harness.mutation.ast_mutants import (
     installed_path,
     sample,
 )
-from harness.mutation.score import wilson_interval
+from harness.mutation.score import SurvivorFileError, load_survivors, wilson_interval
 from suites.harness.helpers import needs_vllm
 
 FILE = Path("vllm/example.py")
@@ -142,9 +142,14 @@ def test_every_covered_function_is_in_the_installed_vllm():
             assert (Path(__file__).parents[2] / suite).is_file(), suite
 
 
+@pytest.fixture(scope="module")
+def everything():
+    """Every mutant of the installed vLLM's covered functions (about 10 s to enumerate)."""
+    return candidates()
+
+
 @needs_vllm
-def test_the_sample_is_reproducible_and_covers_every_function():
-    everything = candidates()
+def test_the_sample_is_reproducible_and_covers_every_function(everything):
     assert len(everything) >= 300
     first = sample(everything, 300, 0)
     assert [m.id for m in first] == [m.id for m in sample(everything, 300, 0)]
@@ -161,3 +166,18 @@ def test_the_sample_is_reproducible_and_covers_every_function():
 def test_wilson_interval(killed, total, low, high):
     got = wilson_interval(killed, total)
     assert got == pytest.approx((low, high), abs=1e-4)
+
+
+@needs_vllm
+def test_every_classified_survivor_is_a_mutant_of_the_installed_vllm(everything):
+    """A classification left behind by a vLLM upgrade (its mutant gone) fails here."""
+    ids = {m.id for m in everything}
+    stale = sorted(set(load_survivors()) - ids)
+    assert stale == [], f"classified survivors that are no longer mutants: {stale}"
+
+
+def test_a_malformed_survivor_file_is_named(tmp_path):
+    path = tmp_path / "survivors.toml"
+    path.write_text("[[survivor]]\nid = 'x'\nverdict = 'maybe'\nreason = 'r'\n")
+    with pytest.raises(SurvivorFileError, match="expected one of \\('equivalent', 'gpu-only'\\)"):
+        load_survivors(path)
