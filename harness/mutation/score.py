@@ -264,7 +264,8 @@ def render_markdown(report: dict[str, Any]) -> str:
     ]
     for op, n in report["by_operator"].items():
         lines.append(f"| {op} | {n['run']} | {n['killed']} |")
-    lines += ["", "## Survivors", "", "| mutant | what | verdict | reason |", "|---|---|---|---|"]
+    lines += ["", "## Survivors of the covering suites", ""]
+    lines += ["| mutant | what | verdict | reason |", "|---|---|---|---|"]
     for row in report["mutants"]:
         if row["status"] == "survived":
             c = row["classification"]
