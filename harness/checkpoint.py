@@ -341,6 +341,15 @@ _FOLDERS_LOCK = threading.RLock()
 _TEMP_ROOT: list[Path] = []
 
 
+def write_new_folders_under(root: Path) -> None:
+    """Write the folders not written yet under ``root`` from now on (the caller removes it):
+    a forked child, which exits without running the parent's exit handlers, keeps the
+    parent's folders and writes its own where it will remove them."""
+    with _FOLDERS_LOCK:
+        root.mkdir(parents=True, exist_ok=True)
+        _TEMP_ROOT[:] = [root]
+
+
 def checkpoint_folder(spec: ModelSpec, seed: int = 0) -> Path:
     """The folder of ``spec``, written once per process into a temporary root removed at exit."""
     with _FOLDERS_LOCK:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import sys
 import time
@@ -131,13 +132,18 @@ def _child(job: SuiteJob) -> None:
         import pytest
         import torch
 
+        from harness.checkpoint import write_new_folders_under
+
         torch.set_num_threads(1)
+        # os._exit skips exit handlers: the child's checkpoint folders go where it removes them.
+        write_new_folders_under(job.workdir / "checkpoints")
         status = int(pytest.main(job.pytest_args()))
     except BaseException:
         import traceback
 
         traceback.print_exc()
     finally:
+        shutil.rmtree(job.workdir / "checkpoints", ignore_errors=True)
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(status)
