@@ -231,10 +231,10 @@ class _Offsets:
         text = self.lines[line - 1]
         return self.starts[line - 1] + len(text.encode()[:col_bytes].decode(errors="ignore"))
 
-    def span(self, node: ast.AST) -> tuple[int, int]:
-        start = self.at(node.lineno, node.col_offset)  # type: ignore[attr-defined]
-        end = self.at(node.end_lineno, node.end_col_offset)  # type: ignore[attr-defined]
-        return start, end
+    def span(self, node: ast.expr | ast.stmt) -> tuple[int, int]:
+        end_line = node.end_lineno if node.end_lineno is not None else node.lineno
+        end_col = node.end_col_offset if node.end_col_offset is not None else node.col_offset
+        return self.at(node.lineno, node.col_offset), self.at(end_line, end_col)
 
 
 ARITHMETIC = {
@@ -295,7 +295,7 @@ def _skipped(tree: ast.AST) -> set[int]:
 
 def _sites(
     function: ast.FunctionDef | ast.AsyncFunctionDef, source: str, offsets: _Offsets
-) -> Iterator[tuple[ast.AST, str, int, int, str]]:
+) -> Iterator[tuple[ast.expr | ast.stmt, str, int, int, str]]:
     """(node, operator, start, end, replacement) for every applicable mutation."""
     skip = _skipped(function)
     body = [
@@ -372,7 +372,7 @@ def enumerate_mutants(source: str, file: Path, qualname: str) -> Enumeration:
     unparseable = 0
     seen: dict[tuple[int, int, str], int] = {}
     for node, operator, start, end, replacement in _sites(function, source, offsets):
-        line, col = node.lineno, node.col_offset  # type: ignore[attr-defined]
+        line, col = node.lineno, node.col_offset
         index = seen.get((line, col, operator), 0)
         seen[line, col, operator] = index + 1
         mutant = AstMutant(

@@ -15,6 +15,7 @@ region, hence one thread per child).
 from __future__ import annotations
 
 import contextlib
+import importlib
 import os
 import shutil
 import signal
@@ -99,10 +100,8 @@ def preload(*, vllm: bool) -> None:
     """Import what every child would otherwise import again: torch, pytest, the harness's
     plugin and, with ``vllm``, vLLM with everything its model module needs (on CPU), but not
     the model's own modules."""
-    import pytest  # noqa: F401
-    import torch  # noqa: F401
-
-    import harness.plugin  # noqa: F401
+    for name in ("pytest", "torch", "harness.plugin"):
+        importlib.import_module(name)
 
     if vllm:
         from harness.targets.vllm.files import MODEL_FAMILY_MODULES, MODEL_MODULE
@@ -125,6 +124,7 @@ def _child(job: SuiteJob) -> None:
         log = os.open(job.log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         os.dup2(log, 1)
         os.dup2(log, 2)
+        # Never closed: the child leaves by os._exit, after flushing them.
         sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115
         sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
         sys.stdin = open(os.devnull)  # noqa: SIM115

@@ -39,7 +39,7 @@ from typing import Any
 
 from harness import ROOT
 from harness.mutation.ast_mutants import COVERED, AstMutant, candidates, sample, write_mutant_file
-from harness.mutation.runner import SuiteJob, preload, run_many
+from harness.mutation.runner import SuiteJob, SuiteRun, preload, run_many
 from harness.results import replace_text
 
 REPORT = ROOT / "reports" / "mutation"
@@ -91,10 +91,10 @@ def wilson_interval(killed: int, total: int, z: float = 1.96) -> tuple[float, fl
     return (max(0.0, centre - half), min(1.0, centre + half))
 
 
-def _outcome(run_returncode: int, failed: list[str], problems: list[str]) -> str:
-    if problems and any("time limit" in p for p in problems):
+def _outcome(run: SuiteRun, failed: list[str]) -> str:
+    if run.timed_out:
         return "killed (timeout)"
-    if run_returncode not in (0, 5) or failed:
+    if run.returncode not in (0, 5) or failed:
         return "killed"
     return "survived"
 
@@ -139,7 +139,7 @@ def _run_sample(
         failed = [c["id"] for c in run.checks if c["outcome"] in ("fail", "error", "xpass")]
         row = {
             "id": run.key,
-            "status": _outcome(run.returncode, failed, run.problems),
+            "status": _outcome(run, failed),
             "exit": run.returncode,
             "killed_by": failed[:3],
             "reason": next(

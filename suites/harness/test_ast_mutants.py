@@ -13,6 +13,7 @@ from harness.mutation.ast_mutants import (
     FunctionNotFound,
     candidates,
     enumerate_mutants,
+    find_function,
     installed_path,
     sample,
 )
@@ -135,8 +136,6 @@ def test_every_covered_function_is_in_the_installed_vllm():
     for covered in COVERED:
         if covered.file not in sources:
             sources[covered.file] = ast.parse(installed_path(covered.file).read_text())
-        from harness.mutation.ast_mutants import find_function
-
         find_function(sources[covered.file], covered.qualname)
         for suite in covered.suites:
             assert (Path(__file__).parents[2] / suite).is_file(), suite
