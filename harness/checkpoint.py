@@ -19,7 +19,10 @@ from __future__ import annotations
 
 import atexit
 import dataclasses
+import functools
+import hashlib
 import json
+import os
 import shutil
 import tempfile
 import threading
@@ -31,6 +34,7 @@ from typing import Literal
 import torch
 
 from harness import ROOT
+from harness.shared_checkpoints import SHARED_FOLDERS_ENV
 from reference_impl import presets
 from reference_impl.audio import AudioConfig
 from reference_impl.checkpoint import checkpoint_state_dict, read_weights, vl_config_to_hf_dict
@@ -44,6 +48,14 @@ from reference_impl.weights import CONV_BIAS_SUFFIXES
 CONFIG_MODULE = ROOT / "fixtures" / "checkpoint" / "configuration_nano_nemotron_vl.py"
 RADIO_MODEL = "vit_small_patch16_224"
 AUTO_CONFIG = f"{CONFIG_MODULE.stem}.NanoNemotronVLConfig"
+
+
+_SIZE_SLUGS = (
+    ("hidden_size", "d"),
+    ("image_size", "px"),
+    ("projector_hidden_size", "proj"),
+    ("num_mel_bins", "mel"),
+)
 
 
 @dataclass(frozen=True)
@@ -116,6 +128,11 @@ class ModelSpec:
             parts.append("no-conv-bias")
         if self.quantization != "none":
             parts.append(self.quantization)
+        # The shared sizes too, when changed: the slug names the folder, one per spec.
+        defaults = {f.name: f.default for f in dataclasses.fields(self)}
+        for name, short in _SIZE_SLUGS:
+            if getattr(self, name) != defaults[name]:
+                parts.append(f"{short}{getattr(self, name)}")
         return "-".join(parts)
 
     def vl_config(self) -> VLConfig:
@@ -340,21 +357,66 @@ _FOLDERS: dict[tuple[ModelSpec, int], Path] = {}
 _FOLDERS_LOCK = threading.RLock()
 _TEMP_ROOT: list[Path] = []
 
+#: The code a folder's bytes depend on.
+_WRITER_SOURCES = (
+    Path(__file__),
+    CONFIG_MODULE,
+    *sorted((ROOT / "reference_impl").rglob("*.py")),
+)
+
+
+@functools.cache
+def writer_digest() -> str:
+    """A digest of the code that writes the folders (:data:`_WRITER_SOURCES`)."""
+    digest = hashlib.sha256()
+    for path in _WRITER_SOURCES:
+        digest.update(path.relative_to(ROOT).as_posix().encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:12]
+
+
+def _shared_folder(root: Path, spec: ModelSpec, seed: int) -> Path:
+    """``spec``'s folder under the shared ``root``: written once by whichever process needs it
+    first, into a private folder renamed into place when complete, so that a reader never sees
+    half a folder and two writers at once both leave a whole one."""
+    if not root.is_dir():
+        raise FileNotFoundError(
+            f"{SHARED_FOLDERS_ENV}: expected an existing folder, got {str(root)!r}"
+        )
+    final = root / f"{spec.slug}-seed{seed}-{writer_digest()}"
+    if final.is_dir():
+        return final
+    private = Path(tempfile.mkdtemp(prefix=f".{final.name}-", dir=root))
+    write_checkpoint(spec, private, seed=seed)
+    try:
+        private.rename(final)
+    except OSError:  # another process renamed its copy first: the same bytes
+        shutil.rmtree(private, ignore_errors=True)
+        if not final.is_dir():
+            raise
+    return final
+
 
 def write_new_folders_under(root: Path) -> None:
     """Write the folders not written yet under ``root`` from now on (the caller removes it):
     a forked child, which exits without running the parent's exit handlers, keeps the
-    parent's folders and writes its own where it will remove them."""
+    parent's folders and writes its own where it will remove them. Folders shared through
+    :data:`SHARED_FOLDERS_ENV` are still read from and written to the shared folder."""
     with _FOLDERS_LOCK:
         root.mkdir(parents=True, exist_ok=True)
         _TEMP_ROOT[:] = [root]
 
 
 def checkpoint_folder(spec: ModelSpec, seed: int = 0) -> Path:
-    """The folder of ``spec``, written once per process into a temporary root removed at exit."""
+    """The folder of ``spec``, written once per process into a temporary root removed at exit,
+    or once per run into the folder :data:`SHARED_FOLDERS_ENV` names."""
     with _FOLDERS_LOCK:
         key = (spec, seed)
         if key not in _FOLDERS:
+            shared = os.environ.get(SHARED_FOLDERS_ENV)
+            if shared:
+                _FOLDERS[key] = _shared_folder(Path(shared), spec, seed)
+                return _FOLDERS[key]
             if not _TEMP_ROOT:
                 root = Path(tempfile.mkdtemp(prefix="nemotron-vl-checkpoints-"))
                 atexit.register(shutil.rmtree, root, ignore_errors=True)

@@ -30,6 +30,7 @@ from pathlib import Path
 from harness import ROOT
 from harness.report import TargetRun, build_report, exit_status, write_report
 from harness.results import ResultsError, read_results
+from harness.shared_checkpoints import shared_folders
 from harness.supervisor import (
     DEFAULT_CHECK_TIMEOUT_S,
     DEFAULT_MAX_RESTARTS,
@@ -194,7 +195,8 @@ def main(argv: list[str] | None = None) -> int:
     out_dir = args.out.resolve()
     out_dir.mkdir(parents=True, exist_ok=True)
     runs: list[TargetRun] = []
-    with Interrupt().installed() as interrupt:
+    # Every target's processes, restarts included, read the checkpoint folders written once.
+    with shared_folders(), Interrupt().installed() as interrupt:
         for selector in targets:
             if interrupt:
                 runs.append(

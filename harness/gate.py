@@ -43,6 +43,7 @@ from harness.conformance import run_target, split_pytest_args
 from harness.deviations import deviations_path
 from harness.report import TargetRun, build_report, run_status, write_report
 from harness.results import Outcome, ResultsError, TargetStatus, read_results
+from harness.shared_checkpoints import shared_folders
 from harness.supervisor import Interrupt, Limits
 from harness.targets.vllm.files import MODEL_FAMILY_MODULES
 
@@ -184,6 +185,12 @@ def run_side(
         key_file.parent.mkdir(parents=True, exist_ok=True)
         key_file.write_text(json.dumps(run.results, indent=2) + "\n")
     return side
+
+
+def skipped_side(name: str, rev: str, files: list[Path], why: str) -> Side:
+    """A side the gate did not run; its problem says why."""
+    run = TargetRun(selector_for(files), 2, None, problem=f"not run: {why}")
+    return Side(name, rev, files, run, 0.0)
 
 
 @dataclass
@@ -347,13 +354,18 @@ def main(argv: list[str] | None = None) -> int:
     print(f"gate: model files touched: {', '.join(touched)}", flush=True)
     limits = Limits()
     cache = None if args.no_cache else args.cache
-    with Interrupt().installed() as interrupt:
+    with shared_folders(), Interrupt().installed() as interrupt:
         base_files = export_side(repo, args.base, touched, out / "base" / "src")
         head_files = export_side(repo, args.head, touched, out / "head" / "src")
         # One side after the other: run at once on a 2-core machine they took 211 s, not 147 s
         # (torch's threads of both processes contend); the base side's cache is the saving.
-        base = run_side("base", args.base, base_files, out, extra, limits, interrupt, cache)
+        # The head first: a head that cannot run (an import vLLM lacks) ends the gate without
+        # the base side's run, whose results it could not be compared with.
         head = run_side("head", head_rev, head_files, out, extra, limits, interrupt, None)
+        if head.status == TargetStatus.COULD_NOT_RUN:
+            base = skipped_side("base", args.base, base_files, "the head side could not run")
+        else:
+            base = run_side("base", args.base, base_files, out, extra, limits, interrupt, cache)
     delta = compare(base.outcomes, head.outcomes)
     status = gate_status(base, head, delta)
     markdown = render(repo, touched, base, head, delta, status)

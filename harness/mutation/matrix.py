@@ -30,6 +30,7 @@ from harness import ROOT
 from harness.mutation.corpus import CorpusError, CorpusMutant, Record, load_corpus
 from harness.mutation.runner import SuiteJob, SuiteRun, preload, run_many
 from harness.results import replace_text
+from harness.shared_checkpoints import shared_folders
 from harness.targets.mutants import MutationError, write_mutant
 
 SUITES = ("suites/conformance",)
@@ -229,7 +230,7 @@ def main(argv: list[str] | None = None) -> int:
     except CorpusError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    with tempfile.TemporaryDirectory(prefix="mutants-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="mutants-") as tmp, shared_folders():
         matrix = run_matrix(
             records, Path(tmp), suites=args.suites, parallel=args.parallel, only=args.only
         )

@@ -37,10 +37,11 @@ OUTPUT_TAIL_CHARS = 4000
 
 @dataclass(frozen=True)
 class SuiteJob:
-    """One ``pytest SUITES --target=TARGET`` run; its files go to ``workdir``."""
+    """One ``pytest SUITES --target=TARGET`` run; its files go to ``workdir``. With no
+    ``target``, ``extra_args`` choose it (or the default, ``reference``)."""
 
     key: str
-    target: str
+    target: str | None
     suites: tuple[str, ...]
     workdir: Path
     extra_args: tuple[str, ...] = ()
@@ -56,7 +57,7 @@ class SuiteJob:
     def pytest_args(self) -> list[str]:
         return [
             *self.suites,
-            f"--target={self.target}",
+            *([f"--target={self.target}"] if self.target is not None else []),
             f"--results-json={self.results_path}",
             "-p",
             "no:cacheprovider",

@@ -41,6 +41,7 @@ from harness import ROOT
 from harness.mutation.ast_mutants import COVERED, AstMutant, candidates, sample, write_mutant_file
 from harness.mutation.runner import SuiteJob, SuiteRun, preload, run_many
 from harness.results import replace_text
+from harness.shared_checkpoints import shared_folders
 
 REPORT = ROOT / "reports" / "mutation"
 RUNS_FILE = ROOT / "reports" / "mutation-runs.jsonl"
@@ -299,7 +300,7 @@ def main(argv: list[str] | None = None) -> int:
     wall = earlier_wall
     if not args.report_only:
         started = time.perf_counter()
-        with tempfile.TemporaryDirectory(prefix="mutation-") as tmp:
+        with tempfile.TemporaryDirectory(prefix="mutation-") as tmp, shared_folders():
             try:
                 _run_sample(mutants, done, args.parallel, Path(tmp), recheck=args.recheck)
             finally:  # an interrupted session counts too: its mutants are kept

@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
+import functools
 import json
-import subprocess
-import sys
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from harness.mutation.runner import SuiteRun
+from harness.mutation.runner import SuiteJob, SuiteRun, preload, run_one
 from harness.results import REPORT_SCHEMA, RESULTS_SCHEMA
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -33,30 +32,21 @@ needs_vllm = pytest.mark.skipif(
 def run_suites(
     tmp_path: Path, *args: str, suite: str | tuple[str, ...] = "suites/conformance"
 ) -> SuiteRun:
-    """``pytest <suite...> <args>`` in a child process, with per-check results as JSON."""
+    """``pytest <suite...> <args>`` in a forked child of this process (vLLM imported once for
+    the session, not once per run), with per-check results as JSON."""
     suites = (suite,) if isinstance(suite, str) else suite
-    results = tmp_path / "results.json"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            *suites,
-            f"--results-json={results}",
-            "-p",
-            "no:cacheprovider",
-            "-q",
-            *args,
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    payload = json.loads(results.read_text()) if results.is_file() else None
-    if payload is not None:
-        validate(payload, RESULTS_SCHEMA)  # every results document the tests produce
-    return SuiteRun(" ".join(args), proc.returncode, proc.stdout + proc.stderr, payload)
+    _preload_once()
+    # Its files (results.json, output.log) go to tmp_path.
+    run = run_one(SuiteJob(" ".join(args), None, suites, tmp_path, args))
+    if run.results is not None:
+        validate(run.results, RESULTS_SCHEMA)  # every results document the tests produce
+    assert not run.problems, f"{run.problems}\n{run.output[-3000:]}"
+    return run
+
+
+@functools.cache
+def _preload_once() -> None:
+    preload(vllm=vllm_installed())
 
 
 def validate(document: Any, schema: Path) -> None:

@@ -7,11 +7,23 @@ and safetensors."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
 
-from harness.checkpoint import CONFIG_MODULE, CONV_BIAS_SUFFIXES, ModelSpec, write_checkpoint
+from harness import ROOT
+from harness.checkpoint import (
+    CONFIG_MODULE,
+    CONV_BIAS_SUFFIXES,
+    ModelSpec,
+    checkpoint_folder,
+    write_checkpoint,
+)
+from harness.shared_checkpoints import SHARED_FOLDERS_ENV, shared_folders
 from reference_impl.checkpoint import read_weights
 from reference_impl.tokenizer import AUDIO_CONTEXT, IMG_CONTEXT, VIDEO_PLACEHOLDER, VOCAB_SIZE
 
@@ -95,3 +107,77 @@ def test_a_bias_free_parakeet_checkpoint_still_carries_its_conv_biases(tmp_path)
     convs = [n for n, _ in model.named_parameters() if ".conv.pointwise_conv1." in n]
     assert len(convs) == layers, convs
     assert not [n for n, _ in model.named_parameters() if n.endswith(CONV_BIAS_SUFFIXES)]
+
+
+# ---------------------------------------------------------------------------------------------
+# One run's folders, shared by its processes
+
+
+WRITE_SHARED = """
+from harness.checkpoint import ModelSpec, checkpoint_folder
+print(checkpoint_folder(ModelSpec(audio=False)))
+"""
+
+
+def test_processes_of_one_run_share_one_whole_folder(tmp_path):
+    """Two processes started at once with the shared folder set: both read one folder, written
+    whole (the same bytes as a folder written alone), and no half-written copy is left."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    env = {**os.environ, SHARED_FOLDERS_ENV: str(shared)}
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", WRITE_SHARED],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
+    outputs = [proc.communicate(timeout=300) for proc in procs]
+    for proc, (out, err) in zip(procs, outputs, strict=True):
+        assert proc.returncode == 0, err[-3000:]
+    paths = {Path(out.strip()) for out, _ in outputs}
+    assert len(paths) == 1, paths
+    (path,) = paths
+    assert path.parent == shared
+    assert [p.name for p in shared.iterdir()] == [path.name]  # no private copy left
+    alone = write_checkpoint(ModelSpec(audio=False), tmp_path / "alone")
+    for name in ("config.json", "tokenizer.json", "model.safetensors"):
+        assert (path / name).read_bytes() == (alone / name).read_bytes(), name
+
+
+def test_the_shared_folder_lives_for_its_block_and_an_inner_block_keeps_it(monkeypatch):
+    monkeypatch.delenv(SHARED_FOLDERS_ENV, raising=False)
+    with shared_folders() as outer:
+        assert os.environ[SHARED_FOLDERS_ENV] == str(outer)
+        with shared_folders() as inner:
+            assert inner == outer
+        assert outer.is_dir()  # the inner block left the outer one's folder in place
+    assert not outer.exists()
+    assert SHARED_FOLDERS_ENV not in os.environ
+
+
+def test_a_shared_folder_that_is_gone_is_named(tmp_path, monkeypatch):
+    monkeypatch.setenv(SHARED_FOLDERS_ENV, str(tmp_path / "absent"))
+    with pytest.raises(FileNotFoundError, match=f"{SHARED_FOLDERS_ENV}: expected an existing"):
+        checkpoint_folder(ModelSpec(image_size=32, audio=False))
+
+
+def test_every_field_of_a_spec_shows_in_its_folder_name():
+    """One folder per spec: specs that differ in any field never share a name."""
+    specs = [
+        ModelSpec(),
+        ModelSpec(image_size=32),
+        ModelSpec(hidden_size=32),
+        ModelSpec(projector_hidden_size=32),
+        ModelSpec(num_mel_bins=32),
+        ModelSpec(audio_hop_length=128),
+        ModelSpec(max_model_len=256),
+        ModelSpec(quantization="fp8"),
+        ModelSpec(audio_convolution_bias=False),
+        ModelSpec(mtp=True),
+    ]
+    assert len({s.slug for s in specs}) == len(specs)

@@ -161,6 +161,9 @@ def test_a_file_that_needs_a_newer_vllm_exits_2_saying_so(checkout, tmp_path):
         in report["sides"]["head"]["problem"]
     )
     assert "this file needs a newer or different vLLM" in report["sides"]["head"]["problem"]
+    # Nothing to compare a head that cannot run with: the base side is not run.
+    assert report["sides"]["base"]["problem"] == "not run: the head side could not run"
+    assert not (tmp_path / "out" / "base" / "conformance.json").exists()
 
 
 def test_a_bad_revision_exits_2_naming_it(checkout, tmp_path):

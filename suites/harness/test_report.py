@@ -133,6 +133,9 @@ def test_runner_exits_2_when_a_target_cannot_load(tmp_path):
             f"vllm-file:{tmp_path / 'absent.py'}",
             "--out",
             str(tmp_path),
+            "--",
+            "-k",
+            "pass_through_verbatim",  # a few checks: the statuses are what is asserted
         ],
         cwd=ROOT,
         capture_output=True,

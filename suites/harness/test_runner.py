@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from harness.mutation.runner import SuiteJob, preload, run_many, run_one
+from harness.shared_checkpoints import SHARED_FOLDERS_ENV
 
 CHECK = (
     "suites/conformance/test_weight_loading.py::"
@@ -13,7 +14,8 @@ CHECK = (
 
 
 @pytest.mark.slow
-def test_a_forked_run_reports_its_checks_and_removes_its_checkpoints(tmp_path):
+def test_a_forked_run_reports_its_checks_and_removes_its_checkpoints(tmp_path, monkeypatch):
+    monkeypatch.delenv(SHARED_FOLDERS_ENV)  # the case of a run without shared folders
     preload(vllm=False)
     run = run_one(SuiteJob("reference", "reference", (CHECK,), tmp_path / "run"))
     assert run.returncode == 0, run.output[-3000:]
