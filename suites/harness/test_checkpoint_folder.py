@@ -137,7 +137,7 @@ def test_processes_of_one_run_share_one_whole_folder(tmp_path):
         for _ in range(2)
     ]
     outputs = [proc.communicate(timeout=300) for proc in procs]
-    for proc, (out, err) in zip(procs, outputs, strict=True):
+    for proc, (_, err) in zip(procs, outputs, strict=True):
         assert proc.returncode == 0, err[-3000:]
     paths = {Path(out.strip()) for out, _ in outputs}
     assert len(paths) == 1, paths

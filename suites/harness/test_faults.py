@@ -9,7 +9,8 @@ FAULTS`), run by ``python -m harness.conformance`` on a few checks in this order
 
 The report must name the fault and the check, keep the results before it, carry on after it,
 and exit non-zero. The time, memory and restart limits are set low so that each run takes
-seconds; their defaults are for honest checks on slow machines.
+seconds; their defaults are for honest checks on slow machines. The main jobs the tests read
+run once each, two at a time (:func:`main_jobs`).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import signal
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -54,6 +56,7 @@ class MainJob:
     output: str
     report: dict[str, Any] | None
     seconds: float
+    markdown: str = ""
 
     @property
     def target(self) -> dict[str, Any]:
@@ -97,21 +100,69 @@ def read_report(out: Path) -> dict[str, Any] | None:
     return report
 
 
-def run_main_job(fault: str, tmp_path: Path, *options: str) -> MainJob:
-    target = f"vllm-file:{write_mutant(fault, tmp_path / 'src')}"
-    out = tmp_path / "reports"
+def run_main_job(fault: str, workdir: Path, *options: str) -> MainJob:
+    target = f"vllm-file:{write_mutant(fault, workdir / 'src')}"
+    out = workdir / "reports"
     start = time.monotonic()
     proc = subprocess.run(
         main_job_command(target, out, *options),
         cwd=ROOT,
+        # Two jobs run at once (below): one torch thread each, not two threads on each core.
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
         capture_output=True,
         text=True,
         check=False,
         timeout=600,  # far above the limits set: the supervisor must end the run first
     )
+    markdown = out / "conformance.md"
     return MainJob(
-        proc.returncode, proc.stdout + proc.stderr, read_report(out), time.monotonic() - start
+        proc.returncode,
+        proc.stdout + proc.stderr,
+        read_report(out),
+        time.monotonic() - start,
+        markdown.read_text() if markdown.is_file() else "",
     )
+
+
+Job = tuple[str, tuple[str, ...]]  # a fault, and the main job's options
+RESTARTS_RUN_OUT: Job = ("image-parser-exits-0", ("--max-restarts=0",))
+
+
+def job_of(test: str, params: dict[str, Any]) -> Job | None:
+    """The main job a test of this module reads, if any."""
+    if test == "test_restarts_run_out_and_the_run_is_incomplete":
+        return RESTARTS_RUN_OUT
+    if test in (
+        "test_a_fault_in_a_check_fails_it_and_the_run_goes_on",
+        "test_a_module_that_cannot_import_stops_its_target_with_the_cause",
+    ):
+        return (params["fault"], ())
+    return None
+
+
+@pytest.fixture(scope="module")
+def main_jobs(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> dict[Job, MainJob]:
+    """The main jobs of the selected tests of this module, two at a time (each mostly waits on
+    one process's imports; two use both cores of a 2-core machine), made once."""
+    wanted: list[Job] = []
+    for item in request.session.items:
+        if not isinstance(item, pytest.Function) or item.module is not request.module:
+            continue
+        callspec = getattr(item, "callspec", None)
+        job = job_of(item.originalname, callspec.params if callspec else {})
+        if job is not None and job not in wanted:
+            wanted.append(job)
+    base = tmp_path_factory.mktemp("main-jobs")
+
+    def run(index: int, job: Job) -> MainJob:
+        fault, options = job
+        return run_main_job(fault, base / f"{index}-{fault}", *options)
+
+    with ThreadPoolExecutor(max_workers=min(2, os.cpu_count() or 1)) as pool:
+        done = pool.map(run, range(len(wanted)), wanted)
+        return dict(zip(wanted, done, strict=True))
 
 
 def test_every_fault_is_a_mutant_of_the_installed_file(tmp_path: Path) -> None:
@@ -156,9 +207,11 @@ IN_CHECK_FAULTS = {
 
 
 @pytest.mark.parametrize("fault", sorted(IN_CHECK_FAULTS))
-def test_a_fault_in_a_check_fails_it_and_the_run_goes_on(tmp_path: Path, fault: str) -> None:
+def test_a_fault_in_a_check_fails_it_and_the_run_goes_on(
+    main_jobs: dict[Job, MainJob], fault: str
+) -> None:
     kind, outcome, words, status, target_status = IN_CHECK_FAULTS[fault]
-    job = run_main_job(fault, tmp_path)
+    job = main_jobs[(fault, ())]
     assert job.returncode == status, job.output[-3000:]
     assert job.target["status"] == target_status
     (incident,) = job.target["incidents"]
@@ -176,8 +229,7 @@ def test_a_fault_in_a_check_fails_it_and_the_run_goes_on(tmp_path: Path, fault: 
         result = job.outcome(check)
         assert result is not None, check
         assert result["outcome"] == "pass", (check, result)
-    markdown = (tmp_path / "reports" / "conformance.md").read_text()
-    assert f"**{kind}** in `{FAULTY}`" in markdown
+    assert f"**{kind}** in `{FAULTY}`" in job.markdown
 
 
 @pytest.mark.parametrize(
@@ -188,17 +240,17 @@ def test_a_fault_in_a_check_fails_it_and_the_run_goes_on(tmp_path: Path, fault: 
     ],
 )
 def test_a_module_that_cannot_import_stops_its_target_with_the_cause(
-    tmp_path: Path, fault: str, cause: str
+    main_jobs: dict[Job, MainJob], fault: str, cause: str
 ) -> None:
-    job = run_main_job(fault, tmp_path)
+    job = main_jobs[(fault, ())]
     assert job.returncode == 2, job.output[-3000:]
     assert job.target["status"] == "could not run"
     assert cause in job.target["problem"], job.target["problem"]
     assert not job.target["incidents"]
 
 
-def test_restarts_run_out_and_the_run_is_incomplete(tmp_path: Path) -> None:
-    job = run_main_job("image-parser-exits-0", tmp_path, "--max-restarts=0")
+def test_restarts_run_out_and_the_run_is_incomplete(main_jobs: dict[Job, MainJob]) -> None:
+    job = main_jobs[RESTARTS_RUN_OUT]
     assert job.returncode == 2, job.output[-3000:]
     assert job.target["status"] == "crashed"
     kinds = [i["kind"] for i in job.target["incidents"]]
