@@ -50,6 +50,8 @@ RADIO_MODEL = "vit_small_patch16_224"
 AUTO_CONFIG = f"{CONFIG_MODULE.stem}.NanoNemotronVLConfig"
 
 
+#: Static tiles per image when the engine is not told otherwise (vLLM's and the reference's).
+DEFAULT_MAX_NUM_TILES = 12
 _SIZE_SLUGS = (
     ("hidden_size", "d"),
     ("image_size", "px"),
@@ -75,6 +77,9 @@ class ModelSpec:
     max_model_len: int = 4096  # the engine's context (the dynamic tiler's budget)
     audio_convolution_bias: bool = True  # False: the Omni form (biases still in the file)
     quantization: Literal["none", "fp8"] = "none"  # "fp8": see :func:`fp8_checkpoint`
+    # A serving option, not a checkpoint field: the engine-level limit of static tiles per
+    # image (vLLM's processor option `max_num_tiles`, default 12), see `processor_options`.
+    max_num_tiles: int = DEFAULT_MAX_NUM_TILES
 
     # Sizes shared by every variant.
     hidden_size: int = 64
@@ -95,6 +100,11 @@ class ModelSpec:
         if self.quantization not in ("none", "fp8"):
             raise ValueError(
                 f"ModelSpec.quantization: expected 'none' or 'fp8', got {self.quantization!r}"
+            )
+        if not 1 <= self.max_num_tiles <= DEFAULT_MAX_NUM_TILES:
+            raise ValueError(
+                f"ModelSpec.max_num_tiles: expected 1..{DEFAULT_MAX_NUM_TILES}, got "
+                f"{self.max_num_tiles!r}"
             )
         if self.quantization == "fp8" and self.language_model != "v2":
             raise ValueError(
@@ -128,12 +138,22 @@ class ModelSpec:
             parts.append("no-conv-bias")
         if self.quantization != "none":
             parts.append(self.quantization)
+        if self.max_num_tiles != DEFAULT_MAX_NUM_TILES:
+            parts.append(f"tiles{self.max_num_tiles}")
         # The shared sizes too, when changed: the slug names the folder, one per spec.
         defaults = {f.name: f.default for f in dataclasses.fields(self)}
         for name, short in _SIZE_SLUGS:
             if getattr(self, name) != defaults[name]:
                 parts.append(f"{short}{getattr(self, name)}")
         return "-".join(parts)
+
+    @property
+    def processor_options(self) -> dict[str, int]:
+        """The options the serving engine's processor starts with (vLLM's engine-level
+        ``mm_processor_kwargs``); none for the defaults."""
+        if self.max_num_tiles == DEFAULT_MAX_NUM_TILES:
+            return {}
+        return {"max_num_tiles": self.max_num_tiles}
 
     def vl_config(self) -> VLConfig:
         """The reference config this checkpoint is written from."""
@@ -201,6 +221,7 @@ def _vl_config(spec: ModelSpec) -> VLConfig:
         "dynamic_resolution": spec.dynamic_resolution,
         "min_num_patches": 1,
         "max_num_patches": 64 if spec.dynamic_resolution else 0,
+        "max_num_tiles": spec.max_num_tiles,
     }
     if spec.audio:
         overrides["sound_config"] = sound

@@ -228,11 +228,17 @@ def load_folder(
     *,
     dtype: torch.dtype = torch.float32,
     text_only: bool = False,
+    max_num_tiles: int | None = None,
 ) -> NanoNemotronVLForConditionalGeneration:
-    """The reference model of a checkpoint folder, its weights loaded (every name checked)."""
+    """The reference model of a checkpoint folder, its weights loaded (every name checked).
+
+    ``max_num_tiles``: a serving engine's limit of static tiles per image, where it is given
+    one (it is not a checkpoint field); None keeps the config's."""
     from reference_impl.weights import load_vl_checkpoint
 
     config = read_config(folder)
+    if max_num_tiles is not None:
+        config = dataclasses.replace(config, max_num_tiles=max_num_tiles)
     model = NanoNemotronVLForConditionalGeneration(config, tokenizer)
     load_vl_checkpoint(model, read_weights(folder), text_only=text_only)
     return model.to(dtype).eval()

@@ -22,6 +22,7 @@ What every form must satisfy, whatever the implementation:
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import pytest
@@ -277,14 +278,23 @@ def test_long_audio_is_encoded_in_30_second_clips(make_model):
     assert positions == 375 + 375 + 125, f"audio placeholders: expected 875, got {positions}"
 
 
-def test_the_image_budget_is_the_most_an_image_takes(target, make_model):
+#: The budget's specs: the default, and the smallest an image can take (one 32 px tile of a
+#: 2 x 2 patch grid is one row after the pixel shuffle; an engine limited to one tile per
+#: image gives every image exactly one placeholder, so its budget is 1).
+BUDGET_SPECS = {
+    "static": ModelSpec(),
+    "one-token-images": ModelSpec(image_size=32, max_num_tiles=1, audio=False),
+}
+
+
+@pytest.mark.parametrize("spec", BUDGET_SPECS.values(), ids=BUDGET_SPECS.keys())
+def test_the_image_budget_is_the_most_an_image_takes(target, make_model, spec):
     """The tokens an engine reserves per image (``max_tokens_per_item``, vLLM PR #38727) are
     the most the target's processor gives one image: every tile grid of at most
     ``max_num_tiles`` tiles, as an image of exactly that grid's size, through the request path,
     its placeholders counted."""
-    spec = ModelSpec()
     config = spec.vl_config()
-    model = make_model()
+    model = make_model(**dataclasses.asdict(spec))
     tile = config.force_image_size
     taken = {}
     for cols in range(1, config.max_num_tiles + 1):

@@ -88,6 +88,8 @@ def test_a_bad_spec_is_named():
         ModelSpec(video_temporal_patch_size=3)
     with pytest.raises(ValueError, match="language_model: expected 'v2' or 'omni'"):
         ModelSpec(language_model="v3")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"max_num_tiles: expected 1\.\.12, got 0"):
+        ModelSpec(max_num_tiles=0)
 
 
 def test_a_bias_free_parakeet_checkpoint_still_carries_its_conv_biases(tmp_path):
@@ -179,5 +181,6 @@ def test_every_field_of_a_spec_shows_in_its_folder_name():
         ModelSpec(quantization="fp8"),
         ModelSpec(audio_convolution_bias=False),
         ModelSpec(mtp=True),
+        ModelSpec(max_num_tiles=1),
     ]
     assert len({s.slug for s in specs}) == len(specs)

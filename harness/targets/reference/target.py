@@ -217,7 +217,9 @@ class ReferenceTarget(Target):
     def model(self, spec: ModelSpec, device: torch.device) -> MultimodalModel:
         key = (spec, str(device))
         if key not in self._models:
-            loaded = load_folder(checkpoint_folder(spec), shared_tokenizer()).to(device)
+            loaded = load_folder(
+                checkpoint_folder(spec), shared_tokenizer(), max_num_tiles=spec.max_num_tiles
+            ).to(device)
             self._models[key] = ReferenceModel(loaded, spec)
         model = self._models[key]
         model.calls.reset()

@@ -53,9 +53,14 @@ class Timings:
 
 
 def engine_config(
-    folder: Path, *, text_only: bool = False, hf_overrides: Mapping[str, Any] | None = None
+    folder: Path,
+    *,
+    text_only: bool = False,
+    hf_overrides: Mapping[str, Any] | None = None,
+    mm_processor_kwargs: Mapping[str, Any] | None = None,
 ) -> Any:
-    """A ``VllmConfig`` for the checkpoint ``folder``, as ``vllm serve FOLDER`` would make it."""
+    """A ``VllmConfig`` for the checkpoint ``folder``, as ``vllm serve FOLDER`` would make it
+    (``--mm-processor-kwargs``: ``mm_processor_kwargs``)."""
     init_cpu_runtime()
     from vllm.config import DeviceConfig, LoadConfig, ModelConfig, VllmConfig
 
@@ -70,6 +75,7 @@ def engine_config(
         max_model_len=int(stated or MAX_MODEL_LEN),
         limit_mm_per_prompt=dict.fromkeys(MODALITIES, 0) if text_only else None,
         hf_overrides=json.loads(json.dumps(dict(hf_overrides or {}))),  # a private copy
+        mm_processor_kwargs=dict(mm_processor_kwargs) if mm_processor_kwargs else None,
     )
     return VllmConfig(
         model_config=model_config, device_config=DeviceConfig("cpu"), load_config=LoadConfig()
@@ -127,7 +133,10 @@ def load_stream(model: Any, vllm_config: Any, weights: Iterable[tuple[str, torch
 
 
 def build_and_load(
-    module: types.ModuleType, folder: Path, timings: Timings | None = None
+    module: types.ModuleType,
+    folder: Path,
+    timings: Timings | None = None,
+    mm_processor_kwargs: Mapping[str, Any] | None = None,
 ) -> tuple[Any, Any]:
     """Build the folder's model with vLLM's constructor and load it with vLLM's loader;
     returns the model and its ``VllmConfig``."""
@@ -137,7 +146,7 @@ def build_and_load(
 
     timings = timings if timings is not None else Timings()
     start = time.perf_counter()
-    vllm_config = engine_config(folder)
+    vllm_config = engine_config(folder, mm_processor_kwargs=mm_processor_kwargs)
     timings.config_s = time.perf_counter() - start
     start = time.perf_counter()
     model = construct(module, vllm_config)

@@ -174,7 +174,9 @@ class VllmTarget(Target):
             folder = checkpoint_folder(spec)
             written = time.perf_counter() - start
             timings = build.Timings()
-            built, vllm_config = build.build_and_load(module, folder, timings)
+            built, vllm_config = build.build_and_load(
+                module, folder, timings, spec.processor_options
+            )
             self.timings[spec.slug] = {"checkpoint_s": round(written, 3), **timings.as_dict()}
             self._models[spec] = VllmModel(built, vllm_config, spec)
         model = self._models[spec]
@@ -232,7 +234,11 @@ class VllmTarget(Target):
         loaded (one per spec and mode; every load check poisons its tensors first)."""
         key = (spec, text_only)
         if key not in self._fresh:
-            vllm_config = build.engine_config(checkpoint_folder(spec), text_only=text_only)
+            vllm_config = build.engine_config(
+                checkpoint_folder(spec),
+                text_only=text_only,
+                mm_processor_kwargs=spec.processor_options,
+            )
             self._fresh[key] = (build.construct(self.load(), vllm_config), vllm_config)
         return self._fresh[key]
 
@@ -310,7 +316,11 @@ class VllmTarget(Target):
         from vllm.model_executor.model_loader.utils import process_weights_after_loading
         from vllm.model_executor.models.nemotron_h import ALL_DECODER_LAYER_TYPES
 
-        vllm_config = build.engine_config(checkpoint_folder(spec), hf_overrides=overrides)
+        vllm_config = build.engine_config(
+            checkpoint_folder(spec),
+            hf_overrides=overrides,
+            mm_processor_kwargs=spec.processor_options,
+        )
         model = build.construct(module, vllm_config)
         # vLLM's dummy weights, as its own initialisation test loads them (load_format="dummy").
         get_model_loader(LoadConfig(load_format="dummy")).load_weights(
@@ -335,15 +345,19 @@ class VllmTarget(Target):
     ) -> ProcessorMetadata:
         self.load()
         if fresh:
-            return CountingMetadata(
-                build.engine_config(checkpoint_folder(spec)).model_config, tokenizer
-            )
+            return CountingMetadata(self._engine_config(spec).model_config, tokenizer)
         return CountingMetadata(self._model_config(spec), tokenizer)
+
+    def _engine_config(self, spec: ModelSpec) -> Any:
+        """A new ``VllmConfig`` of ``spec``'s folder, served with its processor options."""
+        return build.engine_config(
+            checkpoint_folder(spec), mm_processor_kwargs=spec.processor_options
+        )
 
     def _model_config(self, spec: ModelSpec) -> Any:
         """The ``ModelConfig`` of ``spec``'s folder, made once."""
         if spec not in self._model_configs:
-            config = build.engine_config(checkpoint_folder(spec)).model_config
+            config = self._engine_config(spec).model_config
             self._model_configs[spec] = config
         return self._model_configs[spec]
 
