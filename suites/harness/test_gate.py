@@ -1,15 +1,21 @@
 """The pull-request gate on a small vLLM checkout made at test time: the installed vLLM's model
 file on a base commit, and a changed commit (a seeded bug, a fixed known deviation, an unrelated
 file, a file that needs a newer vLLM). Each run is narrowed with ``-k`` to the checks of the
-change's class, so that it takes seconds, not a full conformance run per side."""
+change's class, so that it takes seconds, not a full conformance run per side. The gate runs
+the tests read are made once each, two at a time (:func:`gate_runs`)."""
 
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import subprocess
 import sys
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -43,15 +49,19 @@ def commit(repo: Path, message: str) -> str:
     ).stdout.strip()
 
 
-@pytest.fixture
-def checkout(tmp_path: Path) -> tuple[Path, str]:
+def make_checkout(folder: Path) -> tuple[Path, str]:
     """A git repository with the installed model file at its path in vLLM, and its base commit."""
-    repo = tmp_path / "vllm-checkout"
+    repo = folder / "vllm-checkout"
     (repo / MODEL_FILE).parent.mkdir(parents=True)
     subprocess.run(["git", "init", "-q", str(repo)], check=True)
     (repo / MODEL_FILE).write_text(installed_model_file().read_text())
     (repo / "README.md").write_text("a vLLM checkout\n")
     return repo, commit(repo, "base: as released")
+
+
+@pytest.fixture
+def checkout(tmp_path: Path) -> tuple[Path, str]:
+    return make_checkout(tmp_path)
 
 
 def run_gate(repo: Path, base: str, head: str | None, out: Path, *pytest_args: str):
@@ -71,6 +81,8 @@ def run_gate(repo: Path, base: str, head: str | None, out: Path, *pytest_args: s
             *(["--", *pytest_args] if pytest_args else []),
         ],
         cwd=ROOT,
+        # Two gates run at once (below): one torch thread each, not two threads on each core.
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
         capture_output=True,
         text=True,
         check=False,
@@ -80,12 +92,82 @@ def run_gate(repo: Path, base: str, head: str | None, out: Path, *pytest_args: s
     return proc, report
 
 
-def test_a_seeded_bug_is_a_regression_with_its_rerun_command(checkout, tmp_path):
-    repo, base = checkout
+Change = tuple[str | None, tuple[str, ...]]  # the head revision (None: the working tree), -k
+
+
+def seed_a_bug(repo: Path) -> Change:
     model = repo / MODEL_FILE
     model.write_text(MUTATIONS["image-embeds-walrus-truthiness"].apply(model.read_text()))
-    head = commit(repo, "check image_embeds by truth value")
-    proc, report = run_gate(repo, base, head, tmp_path / "out", "-k", "pass_through_verbatim")
+    return commit(repo, "check image_embeds by truth value"), ("-k", "pass_through_verbatim")
+
+
+def fix_a_known_deviation(repo: Path) -> Change:
+    """Ragged image embeddings: declaring the row dimension dynamic fixes the known deviation
+    (uncommitted: the head is the working tree)."""
+    model = repo / MODEL_FILE
+    source = model.read_text()
+    declared = (
+        '    data: Annotated[torch.Tensor | list[torch.Tensor], TensorShape("n", "f", "h")]\n'
+    )
+    image_class = source.index("class NanoNemotronVLImageEmbeddingInputs")
+    at = source.index(declared, image_class)
+    fixed = declared.replace('"h")', '"h", dynamic_dims={"f"})')
+    model.write_text(source[:at] + fixed + source[at + len(declared) :])
+    return None, ("-k", "ragged_embedding_lists")
+
+
+def use_a_newer_helper(repo: Path) -> Change:
+    model = repo / MODEL_FILE
+    model.write_text(
+        "from vllm.model_executor.models.utils import a_helper_from_the_future\n"
+        + model.read_text()
+    )
+    return commit(repo, "use a newer helper"), ("-k", "pass_through_verbatim")
+
+
+#: The changes whose gate runs take a while, by the test that reads the run.
+CHANGES: dict[str, Callable[[Path], Change]] = {
+    "test_a_seeded_bug_is_a_regression_with_its_rerun_command": seed_a_bug,
+    "test_a_fixed_known_deviation_is_good_news": fix_a_known_deviation,
+    "test_a_file_that_needs_a_newer_vllm_exits_2_saying_so": use_a_newer_helper,
+}
+
+
+@dataclass
+class GateRun:
+    proc: subprocess.CompletedProcess[str]
+    report: dict[str, Any] | None
+    out: Path
+
+
+@pytest.fixture(scope="module")
+def gate_runs(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, GateRun]:
+    """The gate on each selected test's change, each on its own checkout, two at a time
+    (a gate mostly waits on one process's imports), made once for the module."""
+    wanted = [
+        item.originalname
+        for item in request.session.items
+        if isinstance(item, pytest.Function)
+        and item.module is request.module
+        and item.originalname in CHANGES
+    ]
+
+    def run(test: str) -> GateRun:
+        folder = tmp_path_factory.mktemp(test.removeprefix("test_")[:40])
+        repo, base = make_checkout(folder)
+        head, selection = CHANGES[test](repo)
+        proc, report = run_gate(repo, base, head, folder / "out", *selection)
+        return GateRun(proc, report, folder / "out")
+
+    with ThreadPoolExecutor(max_workers=min(2, os.cpu_count() or 1)) as pool:
+        return dict(zip(wanted, pool.map(run, wanted), strict=True))
+
+
+def test_a_seeded_bug_is_a_regression_with_its_rerun_command(gate_runs):
+    run = gate_runs["test_a_seeded_bug_is_a_regression_with_its_rerun_command"]
+    proc, report = run.proc, run.report
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
     regressions = {r["id"]: r for r in report["regressions"]}
     assert set(regressions) == {
@@ -97,34 +179,23 @@ def test_a_seeded_bug_is_a_regression_with_its_rerun_command(checkout, tmp_path)
         assert "Boolean value of Tensor" in entry["head"]["reason"]
         words = shlex.split(entry["rerun"])
         assert words[:4] == ["python", "-m", "pytest", entry["id"]], words
-        assert words[4] == f"--target=vllm-file:{tmp_path / 'out' / 'head' / 'src' / MODEL_FILE}"
+        assert words[4] == f"--target=vllm-file:{run.out / 'head' / 'src' / MODEL_FILE}"
     assert report["fixed_deviations"] == []
-    markdown = (tmp_path / "out" / "gate.md").read_text()
+    markdown = (run.out / "gate.md").read_text()
     assert "**3 regression(s)** (exit status 1)" in markdown
     assert "Unchanged: 9 checks (9 pass)." in markdown
 
 
-def test_a_fixed_known_deviation_is_good_news(checkout, tmp_path):
-    """Ragged image embeddings: declaring the row dimension dynamic fixes the known deviation."""
-    repo, base = checkout
-    model = repo / MODEL_FILE
-    source = model.read_text()
-    declared = (
-        '    data: Annotated[torch.Tensor | list[torch.Tensor], TensorShape("n", "f", "h")]\n'
-    )
-    image_class = source.index("class NanoNemotronVLImageEmbeddingInputs")
-    at = source.index(declared, image_class)
-    fixed = declared.replace('"h")', '"h", dynamic_dims={"f"})')
-    model.write_text(source[:at] + fixed + source[at + len(declared) :])
-    # Uncommitted: the head is the working tree.
-    proc, report = run_gate(repo, base, None, tmp_path / "out", "-k", "ragged_embedding_lists")
+def test_a_fixed_known_deviation_is_good_news(gate_runs):
+    run = gate_runs["test_a_fixed_known_deviation_is_good_news"]
+    proc, report = run.proc, run.report
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert report["head"] == "working tree"
     assert [e["id"] for e in report["fixed_deviations"]] == [
         f"{PASSTHROUGH}test_ragged_embedding_lists_pass_through[image_embeds]"
     ]
     assert report["regressions"] == []
-    markdown = (tmp_path / "out" / "gate.md").read_text()
+    markdown = (run.out / "gate.md").read_text()
     assert "delete their entries from `fixtures/deviations/vllm.toml`" in markdown
 
 
@@ -145,15 +216,9 @@ def test_an_unrelated_change_exits_0_without_running(checkout, tmp_path):
     assert "touches none of the model's files" in (tmp_path / "out" / "gate.md").read_text()
 
 
-def test_a_file_that_needs_a_newer_vllm_exits_2_saying_so(checkout, tmp_path):
-    repo, base = checkout
-    model = repo / MODEL_FILE
-    model.write_text(
-        "from vllm.model_executor.models.utils import a_helper_from_the_future\n"
-        + model.read_text()
-    )
-    head = commit(repo, "use a newer helper")
-    proc, report = run_gate(repo, base, head, tmp_path / "out", "-k", "pass_through_verbatim")
+def test_a_file_that_needs_a_newer_vllm_exits_2_saying_so(gate_runs):
+    run = gate_runs["test_a_file_that_needs_a_newer_vllm_exits_2_saying_so"]
+    proc, report = run.proc, run.report
     assert proc.returncode == 2, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert report["sides"]["head"]["status"] == "could not run"
     assert (
@@ -163,7 +228,7 @@ def test_a_file_that_needs_a_newer_vllm_exits_2_saying_so(checkout, tmp_path):
     assert "this file needs a newer or different vLLM" in report["sides"]["head"]["problem"]
     # Nothing to compare a head that cannot run with: the base side is not run.
     assert report["sides"]["base"]["problem"] == "not run: the head side could not run"
-    assert not (tmp_path / "out" / "base" / "conformance.json").exists()
+    assert not (run.out / "base" / "conformance.json").exists()
 
 
 def test_a_bad_revision_exits_2_naming_it(checkout, tmp_path):
