@@ -52,7 +52,8 @@ AUTO_CONFIG = f"{CONFIG_MODULE.stem}.NanoNemotronVLConfig"
 
 #: Static tiles per image when the engine is not told otherwise (vLLM's and the reference's).
 DEFAULT_MAX_NUM_TILES = 12
-_SIZE_SLUGS = (
+_CHANGED_FIELD_SLUGS = (
+    ("max_num_tiles", "tiles"),
     ("hidden_size", "d"),
     ("image_size", "px"),
     ("projector_hidden_size", "proj"),
@@ -138,11 +139,9 @@ class ModelSpec:
             parts.append("no-conv-bias")
         if self.quantization != "none":
             parts.append(self.quantization)
-        if self.max_num_tiles != DEFAULT_MAX_NUM_TILES:
-            parts.append(f"tiles{self.max_num_tiles}")
-        # The shared sizes too, when changed: the slug names the folder, one per spec.
+        # The other fields too, when changed: the slug names the folder, one per spec.
         defaults = {f.name: f.default for f in dataclasses.fields(self)}
-        for name, short in _SIZE_SLUGS:
+        for name, short in _CHANGED_FIELD_SLUGS:
             if getattr(self, name) != defaults[name]:
                 parts.append(f"{short}{getattr(self, name)}")
         return "-".join(parts)

@@ -2,7 +2,8 @@
 
 The harness's own tests start dozens of processes (the main job, the gate, forked mutant runs),
 each of which would write the same folders again; the session opens
-:func:`harness.checkpoint.shared_folders` and each process reads the folders the first one wrote.
+:func:`harness.shared_checkpoints.shared_folders` and each process reads the folders the first
+one wrote.
 """
 
 from __future__ import annotations

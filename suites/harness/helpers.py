@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import functools
 import json
+import os
+from collections.abc import Callable, Hashable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 
@@ -62,3 +65,30 @@ def validate(document: Any, schema: Path) -> None:
     registry = Registry().with_resources((r.id(), r) for r in resources)
     contents = json.loads(schema.read_text())
     jsonschema.Draft202012Validator(contents, registry=registry).validate(document)
+
+
+K = TypeVar("K", bound=Hashable)
+V = TypeVar("V")
+
+
+def one_thread_env() -> dict[str, str]:
+    """The environment of a child process run beside another: one torch thread each, not two
+    threads on each of two cores."""
+    return {**os.environ, "OMP_NUM_THREADS": "1"}
+
+
+def selected_tests(request: pytest.FixtureRequest) -> list[pytest.Function]:
+    """The selected tests of the module whose fixture asks (what a module fixture that makes
+    the tests' runs up front must make, and no more)."""
+    return [
+        item
+        for item in request.session.items
+        if isinstance(item, pytest.Function) and item.module is request.module
+    ]
+
+
+def two_at_a_time(run: Callable[[K], V], keys: Sequence[K]) -> dict[K, V]:
+    """``run(key)`` for each key, two at a time: each mostly waits on a child process's imports,
+    and two use both cores of a 2-core machine."""
+    with ThreadPoolExecutor(max_workers=min(2, os.cpu_count() or 1)) as pool:
+        return dict(zip(keys, pool.map(run, keys), strict=True))

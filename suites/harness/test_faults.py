@@ -21,7 +21,6 @@ import signal
 import subprocess
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,7 +29,14 @@ import pytest
 
 from harness.results import REPORT_SCHEMA
 from harness.targets.mutants import FAULTS, installed_model_file, write_mutant
-from suites.harness.helpers import ROOT, needs_vllm, validate
+from suites.harness.helpers import (
+    ROOT,
+    needs_vllm,
+    one_thread_env,
+    selected_tests,
+    two_at_a_time,
+    validate,
+)
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow, needs_vllm]
 
@@ -107,8 +113,7 @@ def run_main_job(fault: str, workdir: Path, *options: str) -> MainJob:
     proc = subprocess.run(
         main_job_command(target, out, *options),
         cwd=ROOT,
-        # Two jobs run at once (below): one torch thread each, not two threads on each core.
-        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        env=one_thread_env(),  # two jobs run at once (below)
         capture_output=True,
         text=True,
         check=False,
@@ -144,25 +149,19 @@ def job_of(test: str, params: dict[str, Any]) -> Job | None:
 def main_jobs(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> dict[Job, MainJob]:
-    """The main jobs of the selected tests of this module, two at a time (each mostly waits on
-    one process's imports; two use both cores of a 2-core machine), made once."""
+    """The main jobs of the selected tests of this module, made once, two at a time."""
     wanted: list[Job] = []
-    for item in request.session.items:
-        if not isinstance(item, pytest.Function) or item.module is not request.module:
-            continue
+    for item in selected_tests(request):
         callspec = getattr(item, "callspec", None)
         job = job_of(item.originalname, callspec.params if callspec else {})
         if job is not None and job not in wanted:
             wanted.append(job)
-    base = tmp_path_factory.mktemp("main-jobs")
 
-    def run(index: int, job: Job) -> MainJob:
+    def run(job: Job) -> MainJob:
         fault, options = job
-        return run_main_job(fault, base / f"{index}-{fault}", *options)
+        return run_main_job(fault, tmp_path_factory.mktemp(fault), *options)
 
-    with ThreadPoolExecutor(max_workers=min(2, os.cpu_count() or 1)) as pool:
-        done = pool.map(run, range(len(wanted)), wanted)
-        return dict(zip(wanted, done, strict=True))
+    return two_at_a_time(run, wanted)
 
 
 def test_every_fault_is_a_mutant_of_the_installed_file(tmp_path: Path) -> None:

@@ -7,12 +7,10 @@ the tests read are made once each, two at a time (:func:`gate_runs`)."""
 from __future__ import annotations
 
 import json
-import os
 import shlex
 import subprocess
 import sys
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,7 +18,7 @@ from typing import Any
 import pytest
 
 from harness.targets.mutants import MODEL_FILE, MUTATIONS, installed_model_file
-from suites.harness.helpers import ROOT, needs_vllm
+from suites.harness.helpers import ROOT, needs_vllm, one_thread_env, selected_tests, two_at_a_time
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow, needs_vllm]
 
@@ -81,8 +79,7 @@ def run_gate(repo: Path, base: str, head: str | None, out: Path, *pytest_args: s
             *(["--", *pytest_args] if pytest_args else []),
         ],
         cwd=ROOT,
-        # Two gates run at once (below): one torch thread each, not two threads on each core.
-        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        env=one_thread_env(),  # two gates run at once (below)
         capture_output=True,
         text=True,
         check=False,
@@ -144,15 +141,9 @@ class GateRun:
 def gate_runs(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> dict[str, GateRun]:
-    """The gate on each selected test's change, each on its own checkout, two at a time
-    (a gate mostly waits on one process's imports), made once for the module."""
-    wanted = [
-        item.originalname
-        for item in request.session.items
-        if isinstance(item, pytest.Function)
-        and item.module is request.module
-        and item.originalname in CHANGES
-    ]
+    """The gate on each selected test's change, each on its own checkout, made once for the
+    module, two at a time."""
+    wanted = [item.originalname for item in selected_tests(request) if item.originalname in CHANGES]
 
     def run(test: str) -> GateRun:
         folder = tmp_path_factory.mktemp(test.removeprefix("test_")[:40])
@@ -161,8 +152,7 @@ def gate_runs(
         proc, report = run_gate(repo, base, head, folder / "out", *selection)
         return GateRun(proc, report, folder / "out")
 
-    with ThreadPoolExecutor(max_workers=min(2, os.cpu_count() or 1)) as pool:
-        return dict(zip(wanted, pool.map(run, wanted), strict=True))
+    return two_at_a_time(run, wanted)
 
 
 def test_a_seeded_bug_is_a_regression_with_its_rerun_command(gate_runs):

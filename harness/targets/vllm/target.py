@@ -234,11 +234,7 @@ class VllmTarget(Target):
         loaded (one per spec and mode; every load check poisons its tensors first)."""
         key = (spec, text_only)
         if key not in self._fresh:
-            vllm_config = build.engine_config(
-                checkpoint_folder(spec),
-                text_only=text_only,
-                mm_processor_kwargs=spec.processor_options,
-            )
+            vllm_config = self._engine_config(spec, text_only=text_only)
             self._fresh[key] = (build.construct(self.load(), vllm_config), vllm_config)
         return self._fresh[key]
 
@@ -316,11 +312,7 @@ class VllmTarget(Target):
         from vllm.model_executor.model_loader.utils import process_weights_after_loading
         from vllm.model_executor.models.nemotron_h import ALL_DECODER_LAYER_TYPES
 
-        vllm_config = build.engine_config(
-            checkpoint_folder(spec),
-            hf_overrides=overrides,
-            mm_processor_kwargs=spec.processor_options,
-        )
+        vllm_config = self._engine_config(spec, hf_overrides=overrides)
         model = build.construct(module, vllm_config)
         # vLLM's dummy weights, as its own initialisation test loads them (load_format="dummy").
         get_model_loader(LoadConfig(load_format="dummy")).load_weights(
@@ -348,10 +340,19 @@ class VllmTarget(Target):
             return CountingMetadata(self._engine_config(spec).model_config, tokenizer)
         return CountingMetadata(self._model_config(spec), tokenizer)
 
-    def _engine_config(self, spec: ModelSpec) -> Any:
+    def _engine_config(
+        self,
+        spec: ModelSpec,
+        *,
+        text_only: bool = False,
+        hf_overrides: dict[str, Any] | None = None,
+    ) -> Any:
         """A new ``VllmConfig`` of ``spec``'s folder, served with its processor options."""
         return build.engine_config(
-            checkpoint_folder(spec), mm_processor_kwargs=spec.processor_options
+            checkpoint_folder(spec),
+            text_only=text_only,
+            hf_overrides=hf_overrides,
+            mm_processor_kwargs=spec.processor_options,
         )
 
     def _model_config(self, spec: ModelSpec) -> Any:
