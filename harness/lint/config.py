@@ -20,8 +20,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from harness.lint.checker import DEFAULT_TENSOR_KEY
-from harness.lint.rules import RULES
+from harness.lint.inference import DEFAULT_TENSOR_KEY
+from harness.lint.rules import ALWAYS_REPORTED, RULES
 
 DEFAULT_EXCLUDE = (
     ".git",
@@ -56,7 +56,7 @@ class LintConfig:
     extra: dict[str, Any] = field(default_factory=dict)
 
     def enabled(self, code: str) -> bool:
-        return (code in self.select and code not in self.ignore) or code in ("TB000", "TB999")
+        return (code in self.select and code not in self.ignore) or code in ALWAYS_REPORTED
 
     def is_excluded(self, path: Path, name_only: bool = False) -> bool:
         """A part of ``path`` (or, with ``name_only``, its last part: the walk has checked

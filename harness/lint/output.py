@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
-from harness.lint.checker import Finding
+from harness.lint.finding import Finding
 from harness.lint.rules import RULES
 
 FORMATS = ("text", "json", "github", "sarif")

@@ -21,10 +21,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.lint.checker import DEFAULT_TENSOR_KEY, Finding, check_source
+from harness.lint.checker import check_source
 from harness.lint.config import LintConfig
+from harness.lint.finding import Finding, Fix
+from harness.lint.inference import DEFAULT_TENSOR_KEY
+from harness.lint.rules import FILE_NOT_CHECKED, INTERNAL_ERROR
 
-VERSION = "1"
+VERSION = "2"
 #: Text without any of these cannot contain a tensor the checker would recognise.
 _MAY_HOLD_TENSORS = re.compile(
     rb"torch|Tensor|Parameter|_embeds|_embeddings|pixel_values|_features|_mask"
@@ -82,7 +85,8 @@ def check_bytes(
     try:
         source = data.decode("utf-8")
     except UnicodeDecodeError as e:
-        return [Finding(path, 1, 1, "TB000", f"file not checked: not UTF-8 ({e.reason})")], True
+        reason = f"file not checked: not UTF-8 ({e.reason})"
+        return [Finding(path, 1, 1, FILE_NOT_CHECKED, reason)], True
     return check_source(source, path, tensor_key), True
 
 
@@ -108,7 +112,8 @@ def _work_files(
         try:
             data = Path(path).read_bytes()
         except OSError as e:
-            out.append((path, "", [Finding(shown, 1, 1, "TB000", f"cannot read: {e}")], False, 0))
+            unread = Finding(shown, 1, 1, FILE_NOT_CHECKED, f"cannot read: {e}")
+            out.append((path, "", [unread], False, 0))
             continue
         findings, parsed = check_bytes(data, shown, tensor_key, prefilter)
         out.append((path, _digest(data), findings, parsed, data.count(b"\n")))
@@ -144,6 +149,7 @@ class Cache:
                 str(f["message"]),
                 int(f["end_line"]),
                 int(f["end_col"]),
+                None if f.get("fix") is None else Fix(**f["fix"]),
             )
             for f in entry[1]
         ]
@@ -222,8 +228,8 @@ def run(
         result.findings += findings
     cache.save()
     result.findings = sorted(f for f in result.findings if config.enabled(f.code))
-    result.stats.errors = sum(1 for f in result.findings if f.code == "TB000")
-    result.stats.internal_errors = sum(1 for f in result.findings if f.code == "TB999")
+    result.stats.errors = sum(1 for f in result.findings if f.code == FILE_NOT_CHECKED)
+    result.stats.internal_errors = sum(1 for f in result.findings if f.code == INTERNAL_ERROR)
     return result
 
 

@@ -15,9 +15,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from harness.lint.checker import Finding, check_source
+from harness.lint.checker import check_source
 from harness.lint.config import LintConfig
-from harness.lint.rules import Kind
+from harness.lint.finding import Finding
+from harness.lint.inference import Kind
 
 TENSOR_NAMES = frozenset({"torch.Tensor", "torch._tensor.Tensor"})
 
