@@ -1,4 +1,4 @@
-"""The lint survey: robustness over large real trees, the reviewed vLLM findings, and speed.
+"""The lint survey: robustness over large real trees, every finding on them reviewed, speed.
 
     python -m harness.lint.survey [--out reports] [--rounds 3]
 
@@ -6,20 +6,22 @@
    ``transformers`` packages and the Python standard library (no prefilter: all parsed):
    files, findings, unparseable files, internal errors (must be 0: an internal error is a crash
    the checker caught).
-2. Every finding on the installed vLLM's ``vllm/model_executor/models/``, joined with its review
-   in ``fixtures/lint/vllm_models_review.toml`` (real risk / false positive, and why).
+2. Every finding on vllm, torch and transformers (as a user's run finds them), joined with its
+   verdict in ``fixtures/lint/survey_verdicts.toml`` (real risk, annotation wrong or false
+   positive, and why); the precision those verdicts give.
 3. Speed, each a fresh process, median of ``--rounds``: the models folder and the whole vllm
    package cold (no cache), the whole package again with a warm cache, and ``ruff check
    --select E,F`` on the same files in the same run (ruff skips ``site-packages``, so both tools
    read a copy of the package).
 
 Writes ``<out>/lint-survey.md`` and ``<out>/lint-survey.json``; exit status 1 when a target is
-missed (internal errors, unreviewed findings, or speed).
+missed (internal errors, findings without a verdict, verdicts without a finding, or speed).
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import importlib.util
 import json
 import shutil
@@ -30,14 +32,18 @@ import sysconfig
 import tempfile
 import time
 import tomllib
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
 from harness.lint.config import LintConfig
+from harness.lint.rules import ALWAYS_REPORTED, FILE_NOT_CHECKED, INTERNAL_ERROR
 from harness.lint.runner import discover, run
 
 ROOT = Path(__file__).resolve().parents[2]
-REVIEW = ROOT / "fixtures" / "lint" / "vllm_models_review.toml"
+VERDICTS = ROOT / "fixtures" / "lint" / "survey_verdicts.toml"
+REVIEWED_TREES = ("vllm", "torch", "transformers")
+VERDICT_CLASSES = ("real risk", "annotation wrong", "false positive")
 TARGETS_S = {"models cold": 2.0, "vllm cold": 10.0, "vllm cached": 0.5}
 
 
@@ -69,48 +75,103 @@ def robustness(trees: dict[str, Path]) -> list[dict[str, Any]]:
                 "files": s.files,
                 "parsed": s.parsed,
                 "lines": s.lines,
-                "findings": sum(f.code not in ("TB000", "TB999") for f in result.findings),
+                "findings": sum(f.code not in ALWAYS_REPORTED for f in result.findings),
                 "unparseable": s.errors,
                 "internal_errors": s.internal_errors,
                 "crash": crashed,
                 "seconds": round(time.perf_counter() - start, 2),
                 "internal_error_examples": [
-                    f.format() for f in result.findings if f.code == "TB999"
+                    f.format() for f in result.findings if f.code == INTERNAL_ERROR
                 ][:5],
             }
         )
     return rows
 
 
-def reviewed_findings(vllm: Path) -> list[dict[str, Any]]:
-    """Findings on vllm/model_executor/models/, each with its review (or none)."""
-    reviews = tomllib.loads(REVIEW.read_text()).get("finding", []) if REVIEW.is_file() else []
-    models = vllm / "model_executor" / "models"
-    result = run(
-        discover([models], LintConfig()), LintConfig(), cache_dir=None, display_root=vllm.parent
-    )
+def load_verdicts(path: Path = VERDICTS) -> dict[str, Any]:
+    """The fixture: ``versions`` it was reviewed on and one ``finding`` table per finding."""
+    data = tomllib.loads(path.read_text())
+    for i, entry in enumerate(data.get("finding", [])):
+        missing = {"tree", "path", "code", "source", "verdict", "reason"} - set(entry)
+        if missing:
+            raise ValueError(f"{path}: finding {i}: missing keys {sorted(missing)}")
+        if entry["verdict"] not in VERDICT_CLASSES:
+            raise ValueError(
+                f"{path}: finding {i} ({entry['path']}): verdict: expected one of "
+                f"{VERDICT_CLASSES}, got {entry['verdict']!r}"
+            )
+    return data
+
+
+def installed_versions() -> dict[str, str]:
+    versions = {}
+    for name in REVIEWED_TREES:
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            versions[name] = "not installed"
+    return versions
+
+
+def reviewed_findings(trees: dict[str, Path]) -> dict[str, Any]:
+    """Every finding on the reviewed trees (a user's run: prefilter on), each joined with its
+    verdict by (path, code, stripped source line) so verdicts survive line shifts; verdicts
+    that no longer match a finding are returned as stale."""
+    verdicts = load_verdicts()
+    pending: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
+    for entry in verdicts.get("finding", []):
+        pending.setdefault((entry["path"], entry["code"], entry["source"]), []).append(entry)
     rows = []
-    for f in result.findings:
-        source = (vllm.parent / f.path).read_text().splitlines()[f.line - 1].strip()
-        review = next(
-            (
-                r
-                for r in reviews
-                if r["path"] == f.path and r["code"] == f.code and r["source"] == source
-            ),
-            None,
-        )
-        rows.append(
-            {
-                "finding": f.format(),
-                "path": f.path,
-                "code": f.code,
-                "source": source,
-                "class": review["class"] if review else "unreviewed",
-                "reason": review["reason"] if review else "",
-            }
-        )
-    return rows
+    for tree in REVIEWED_TREES:
+        if tree not in trees:
+            continue
+        root = trees[tree].parent
+        result = run(discover([trees[tree]], LintConfig()), LintConfig(), display_root=root)
+        for f in result.findings:
+            if f.code in ALWAYS_REPORTED:
+                continue
+            source = (root / f.path).read_text().splitlines()[f.line - 1].strip()
+            matches = pending.get((f.path, f.code, source), [])
+            verdict = matches.pop(0) if matches else None
+            rows.append(
+                {
+                    "tree": tree,
+                    "finding": f.format(),
+                    "path": f.path,
+                    "code": f.code,
+                    "source": source,
+                    "verdict": verdict["verdict"] if verdict else "unreviewed",
+                    "reason": verdict["reason"] if verdict else "",
+                }
+            )
+    stale = [e for entries in pending.values() for e in entries if e["tree"] in trees]
+    return {
+        "reviewed_on": verdicts.get("versions", {}),
+        "installed": installed_versions(),
+        "findings": rows,
+        "stale_verdicts": stale,
+        "precision": precision(rows),
+    }
+
+
+def precision(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per tree and in all: counts per verdict, and the share of findings that are real risks
+    (strict) or real risks and wrong annotations (the lint right given the annotations)."""
+
+    def summary(selected: list[dict[str, Any]]) -> dict[str, Any]:
+        counts = Counter(r["verdict"] for r in selected)
+        total = len(selected)
+        real, annotated = counts["real risk"], counts["annotation wrong"]
+        return {
+            "findings": total,
+            **{c: counts[c] for c in (*VERDICT_CLASSES, "unreviewed")},
+            "precision": round(real / total, 3) if total else None,
+            "precision_given_annotations": round((real + annotated) / total, 3) if total else None,
+        }
+
+    out = {tree: summary([r for r in rows if r["tree"] == tree]) for tree in REVIEWED_TREES}
+    out["all"] = summary(rows)
+    return out
 
 
 def _time_command(cmd: list[str], rounds: int, cwd: Path) -> float:
@@ -185,25 +246,34 @@ def render(data: dict[str, Any]) -> str:
         )
     lines += [
         "",
-        "Unparseable files are reported as one `TB000` each (e.g. test data written "
-        "in Python 2 syntax); an internal error would be a `TB999`.",
+        f"Unparseable files are reported as one `{FILE_NOT_CHECKED}` each (e.g. test data "
+        f"written in Python 2 syntax); an internal error would be a `{INTERNAL_ERROR}`.",
         "",
-        "## Findings on vllm/model_executor/models/",
+        "## Every finding on vllm, torch and transformers, reviewed",
         "",
+        "Verdicts from `fixtures/lint/survey_verdicts.toml` (reviewed on "
+        + ", ".join(f"{k} {v}" for k, v in data["review"]["reviewed_on"].items())
+        + "): **real risk** (fix the code), **annotation wrong** (the lint believed an "
+        "annotation that does not hold; the message names it), **false positive**.",
+        "",
+        "| tree | findings | real risk | annotation wrong | false positive | unreviewed "
+        "| precision | given annotations |",
+        "|---|---|---|---|---|---|---|---|",
     ]
-    findings = data["models_findings"]
-    if not findings:
-        lines.append("None.")
-    counts: dict[str, int] = {}
-    for f in findings:
-        counts[f["class"]] = counts.get(f["class"], 0) + 1
+    for tree, p in data["review"]["precision"].items():
+        lines.append(
+            f"| {tree} | {p['findings']} | {p['real risk']} | {p['annotation wrong']} | "
+            f"{p['false positive']} | {p['unreviewed']} | {p['precision']} | "
+            f"{p['precision_given_annotations']} |"
+        )
+    lines.append("")
+    for f in data["review"]["findings"]:
         lines += [
             f"- `{f['finding']}`",
-            f"  - source: `{f['source']}`",
-            f"  - **{f['class']}**: {f['reason']}",
+            f"  - **{f['verdict']}**: {f['reason']}",
         ]
-    if counts:
-        lines += ["", "Summary: " + ", ".join(f"{v} {k}" for k, v in sorted(counts.items()))]
+    for stale in data["review"]["stale_verdicts"]:
+        lines.append(f"- stale verdict (no such finding): `{stale['path']}` `{stale['source']}`")
     lines += ["", "## Speed", "", "| run | median seconds | target |", "|---|---|---|"]
     for name, seconds in data["speed"].items():
         target = TARGETS_S.get(name)
@@ -240,7 +310,7 @@ def main(argv: list[str] | None = None) -> int:
         "generated": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "cpus": os.cpu_count(),
         "robustness": robustness(trees),
-        "models_findings": reviewed_findings(trees["vllm"]),
+        "review": reviewed_findings(trees),
         "speed": speed(trees["vllm"], args.rounds),
     }
     args.out.mkdir(parents=True, exist_ok=True)
@@ -249,7 +319,8 @@ def main(argv: list[str] | None = None) -> int:
     (args.out / "lint-survey.md").write_text(text)
     print(text)
     ok = all(not r.get("crash") and r["internal_errors"] == 0 for r in data["robustness"])
-    ok &= all(f["class"] != "unreviewed" for f in data["models_findings"])
+    ok &= all(f["verdict"] != "unreviewed" for f in data["review"]["findings"])
+    ok &= not data["review"]["stale_verdicts"]
     ok &= all(data["speed"][k] < v for k, v in TARGETS_S.items())
     return 0 if ok else 1
 

@@ -208,3 +208,48 @@ def test_type_aware_mode_sees_across_modules(tmp_path):
     )
     assert [(f.line, f.code) for f in findings] == [(4, "TB001")]
     assert findings[0].message.endswith("[type-aware]")
+
+
+def test_flake8_runs_the_rules_through_its_plugin_entry_point(tree):
+    """``flake8 --select TB`` finds what the command line finds, at the same place (flake8 is
+    installed with the test extra; the plugin comes from this package's entry point)."""
+    flake8 = subprocess.run(
+        [sys.executable, "-m", "flake8", "--select", "TB", "pkg"],
+        cwd=tree,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert flake8.returncode == 1, flake8.stderr
+    assert flake8.stdout.splitlines() == [
+        "pkg/bad.py:4:4: TB001 tensor `x` as `if` / `elif` condition: test `x.numel() > 0` for "
+        "emptiness, or `.any()` / `.all()` for its values"
+    ]
+    (tree / "pkg" / "bad.py").write_text(BAD.replace("if x:", "if x:  # noqa: TB001"))
+    quiet = subprocess.run(
+        [sys.executable, "-m", "flake8", "--select", "TB", "pkg"],
+        cwd=tree,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert (quiet.returncode, quiet.stdout) == (0, "")
+
+
+def test_ruff_keeps_our_noqa_codes_only_with_external(tmp_path):
+    """The README's advice, checked with ruff itself: its RUF100 fix strips `TB001` from a
+    `noqa` that also names an unused ruff code, unless `external = ["TB"]`."""
+    ruff_main = pytest.importorskip("ruff.__main__", reason="ruff is a dev tool")
+    ruff = ruff_main.find_ruff_bin()
+    line = "if x:  # noqa: TB001, F401\n"
+    source = "import torch\nx = torch.zeros(2)\n" + line + "    pass\n"
+    (tmp_path / "m.py").write_text(source)
+    args = [ruff, "check", "--select", "RUF100", "--fix", "--quiet", "m.py"]
+    subprocess.run([*args, "--isolated"], cwd=tmp_path, check=False)
+    assert (tmp_path / "m.py").read_text().splitlines()[2] == "if x:"
+    (tmp_path / "m.py").write_text(source)
+    (tmp_path / "pyproject.toml").write_text('[tool.ruff.lint]\nexternal = ["TB"]\n')
+    subprocess.run(args, cwd=tmp_path, check=False)
+    assert (tmp_path / "m.py").read_text().splitlines()[2] == "if x:  # noqa: TB001"
+    ours = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["ruff"]["lint"]
+    assert "TB" in ours["external"]
