@@ -275,7 +275,8 @@ class ModuleChecker(Inference):
             saved = self.scope()
             for generator in node.generators:
                 self._walk(generator.iter)
-                self.bind_element(generator.target, element_of(self.value(generator.iter)))
+                iterated = generator.iter
+                self.bind_element(generator.target, element_of(self.value(iterated)), iterated)
                 for condition in generator.ifs:
                     self.truth(condition, FILTER)
             if isinstance(node, ast.DictComp):
@@ -336,7 +337,7 @@ class ModuleChecker(Inference):
         elif isinstance(node, (ast.For, ast.AsyncFor)):
             self.walk(node.iter)
             before = dict(self.env)
-            self.bind_element(node.target, element_of(self.value(node.iter)))
+            self.bind_element(node.target, element_of(self.value(node.iter)), node.iter)
             self.body(node.body)
             self.body(node.orelse)
             self.env = join_envs(before, self.env)
@@ -402,7 +403,8 @@ class ModuleChecker(Inference):
             self.annotated[node.target.id] = self.note(node.annotation, f"`{node.target.id}` is")
 
     def expression_statement(self, value: ast.expr) -> None:
-        """``self.register_buffer("name", ...)`` makes ``self.name`` a tensor."""
+        """``self.register_buffer("name", ...)`` makes ``self.name`` a tensor (0-d when the
+        buffer is built 0-d: ``torch.tensor(float("inf"))``)."""
         if (
             isinstance(value, ast.Call)
             and isinstance(value.func, ast.Attribute)
@@ -413,7 +415,10 @@ class ModuleChecker(Inference):
             and self.class_stack
         ):
             members = self.classes.setdefault(self.class_stack[-1], {})
-            members.setdefault(value.args[0].value, Kind.TENSOR)
+            built = self.kind(value.args[1]) if len(value.args) > 1 else Kind.TENSOR
+            members.setdefault(
+                value.args[0].value, Kind.SCALAR if built is Kind.SCALAR else Kind.TENSOR
+            )
         self.walk(value)
 
     def function(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:

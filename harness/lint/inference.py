@@ -73,6 +73,10 @@ class Kind(Enum):
     OPTIONAL = "tensor or None"  # also: a tensor, a list or None (multimodal inputs)
     SCALAR = "0-d tensor"  # full reductions, .any(), .all(): truth is defined
 
+    # Members are singletons: identity hashing keeps `kind in FLAGGED` out of Python code
+    # (Enum's own __hash__ is a Python function, called hundreds of thousands of times).
+    __hash__ = object.__hash__
+
 
 #: Kinds whose truth test is a finding.
 FLAGGED = frozenset({Kind.TENSOR, Kind.OPTIONAL})
@@ -256,6 +260,7 @@ class Inference:
         self.env: dict[str, Value] = {}
         self.module_env: dict[str, Value] = {}
         self.origins: dict[str, ast.expr] = {}  # name -> the expression last assigned to it
+        self.reads: dict[int, frozenset[str]] = {}  # id(expression) -> the names it reads
         # Where a name, attribute or function's tensor-ness came from an annotation: "what the
         # annotation says (line N)", shown in findings so a wrong annotation is easy to spot.
         self.annotated: dict[str, Note] = {}
@@ -561,7 +566,8 @@ class Inference:
         saved = self.scope()
         try:
             for generator in generators:
-                self.bind_element(generator.target, element_of(self.value(generator.iter)))
+                iterated = generator.iter
+                self.bind_element(generator.target, element_of(self.value(iterated)), iterated)
             return self.value(elt)
         finally:
             self.restore(saved)
@@ -748,7 +754,9 @@ class Inference:
             for name in bound_names(target):
                 self.bind(ast.Name(name), Kind.UNKNOWN, None)
 
-    def unpack(self, target: ast.Tuple | ast.List, value: Value) -> None:
+    def unpack(
+        self, target: ast.Tuple | ast.List, value: Value, origin: ast.expr | None = None
+    ) -> None:
         """``a, b = value``: positions of a tuple of known length, else each element."""
         elements = target.elts
         starred = any(isinstance(e, ast.Starred) for e in elements)
@@ -756,23 +764,28 @@ class Inference:
             positions = value.positions
             if positions is not None and len(positions) == len(elements) and not starred:
                 for element, position in zip(elements, positions, strict=True):
-                    self.bind_element(element, position)
+                    self.bind_element(element, position, origin)
                 return
             for element in elements:
                 if isinstance(element, ast.Starred):
-                    self.bind_element(element.value, items(value.element))
+                    self.bind_element(element.value, items(value.element), origin)
                 else:
-                    self.bind_element(element, value.element)
+                    self.bind_element(element, value.element, origin)
             return
         for element in elements:
             self.bind_element(element, Kind.UNKNOWN)
 
-    def bind_element(self, target: ast.expr, value: Value) -> None:
-        """Bind a ``for`` / comprehension target, or one part of an unpacking."""
+    def bind_element(self, target: ast.expr, value: Value, origin: ast.expr | None = None) -> None:
+        """Bind a ``for`` / comprehension target, or one part of an unpacking, to ``value``
+        taken out of ``origin`` (whose annotation, if it made the value, the name keeps)."""
         if isinstance(target, (ast.Tuple, ast.List)):
-            self.unpack(target, value)
-        else:
-            self.bind(target, value, None)
+            self.unpack(target, value, origin)
+            return
+        self.bind(target, value, None)
+        if isinstance(target, ast.Name) and origin is not None and informative(value):
+            note = self._note(origin)
+            if note is not None:
+                self.annotated[target.id] = note
 
     # -- narrowing -----------------------------------------------------------------------
 
@@ -786,11 +799,20 @@ class Inference:
             if (
                 name not in changes
                 and name in self.env
-                and any(isinstance(n, ast.Name) and n.id in changes for n in ast.walk(origin))
+                and not self._reads(origin).isdisjoint(changes)
             ):
                 self.env[name] = self.value(origin)
         result, self.env = self.env, saved
         return result
+
+    def _reads(self, origin: ast.expr) -> frozenset[str]:
+        """The names an expression reads (computed once per expression: narrowing asks for
+        the same assignments again and again)."""
+        names = self.reads.get(id(origin))
+        if names is None:
+            names = frozenset(n.id for n in ast.walk(origin) if isinstance(n, ast.Name))
+            self.reads[id(origin)] = names
+        return names
 
     def narrowing(self, test: ast.expr) -> tuple[dict[str, Value], dict[str, Value]]:
         """Values known inside the ``if`` body and the ``else`` branch."""
@@ -829,7 +851,11 @@ def _scalar_construction(node: ast.Call, name: str) -> bool:
     if not node.args:
         return False
     first = node.args[0]
+    if isinstance(first, ast.UnaryOp) and isinstance(first.op, (ast.USub, ast.UAdd)):
+        first = first.operand
     if name in ("tensor", "as_tensor"):
+        if isinstance(first, ast.Call) and isinstance(first.func, ast.Name):
+            return first.func.id in ("float", "int", "bool")  # torch.tensor(float("inf"))
         return isinstance(first, ast.Constant) and isinstance(first.value, (int, float, bool))
     return (
         isinstance(first, (ast.List, ast.Tuple))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import asdict
 
 from harness.lint.finding import Finding
 from harness.lint.rules import RULES
@@ -28,6 +29,10 @@ def render(findings: Sequence[Finding], fmt: str) -> str:
                         "end_column": f.end_col,
                         "code": f.code,
                         "message": f.message,
+                        # Unsafe (changes behaviour for some input): `--fix --unsafe-fixes`.
+                        "fix": None
+                        if f.fix is None
+                        else {**asdict(f.fix), "applicability": "unsafe"},
                     }
                     for f in findings
                 ],
@@ -63,7 +68,10 @@ def _sarif(findings: Sequence[Finding]) -> dict[str, object]:
                         "rules": [
                             {
                                 "id": rule.code,
-                                "shortDescription": {"text": f"tensor as {rule.context}"},
+                                "name": rule.name,
+                                "shortDescription": {"text": rule.context},
+                                "fullDescription": {"text": rule.what},
+                                "help": {"text": rule.doc(), "markdown": rule.doc()},
                             }
                             for rule in RULES.values()
                         ],

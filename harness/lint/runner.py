@@ -15,6 +15,7 @@ import json
 import multiprocessing
 import os
 import re
+import time
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field
@@ -27,7 +28,7 @@ from harness.lint.finding import Finding, Fix
 from harness.lint.inference import DEFAULT_TENSOR_KEY
 from harness.lint.rules import FILE_NOT_CHECKED, INTERNAL_ERROR
 
-VERSION = "2"
+VERSION = "3"
 #: Text without any of these cannot contain a tensor the checker would recognise.
 _MAY_HOLD_TENSORS = re.compile(
     rb"torch|Tensor|Parameter|_embeds|_embeddings|pixel_values|_features|_mask"
@@ -121,12 +122,17 @@ def _work_files(
 
 
 class Cache:
-    """``{resolved path: [content digest, findings]}`` in one JSON file."""
+    """``{absolute path: [content digest, findings, size, mtime_ns]}`` in one JSON file.
+
+    A file whose size and modification time are those recorded is a hit without being read
+    (as ruff and mypy do); otherwise its content digest decides. A file modified less than
+    :data:`RACY_S` seconds before it was cached records no stat: a same-size rewrite within the
+    clock's resolution must not pass for unchanged (git's "racy clean" rule)."""
 
     def __init__(self, folder: Path | None, config: LintConfig) -> None:
         self.path = None if folder is None else folder / f"cache-v{VERSION}.json"
         self.key = _digest((VERSION + config.digest()).encode())
-        self.entries: dict[str, tuple[str, list[dict[str, Any]]]] = {}
+        self.entries: dict[str, list[Any]] = {}
         self.dirty = False
         if self.path is not None and self.path.is_file():
             try:
@@ -136,10 +142,30 @@ class Cache:
             except (OSError, ValueError, KeyError):
                 self.entries = {}
 
-    def get(self, path: str, digest: str) -> list[Finding] | None:
+    def lookup(self, path: str) -> list[Finding] | None:
+        """The cached findings of ``path`` if it is unchanged: by stat, else by content."""
         entry = self.entries.get(path)
-        if entry is None or entry[0] != digest:
+        if entry is None:
             return None
+        try:
+            stat = os.stat(path)
+        except OSError:
+            return None
+        if len(entry) == 4 and entry[2:] == [stat.st_size, stat.st_mtime_ns]:
+            return self.findings(entry)
+        try:
+            with open(path, "rb") as f:
+                digest = _digest(f.read())
+        except OSError:
+            return None
+        if digest != entry[0]:
+            return None
+        self.entries[path] = [digest, entry[1], *_trusted_stat(stat)]
+        self.dirty = True
+        return self.findings(entry)
+
+    @staticmethod
+    def findings(entry: list[Any]) -> list[Finding]:
         return [
             Finding(
                 str(f["path"]),
@@ -155,7 +181,11 @@ class Cache:
         ]
 
     def put(self, path: str, digest: str, findings: list[Finding]) -> None:
-        self.entries[path] = (digest, [asdict(f) for f in findings])
+        try:
+            stat: list[int] = _trusted_stat(os.stat(path))
+        except OSError:
+            stat = [-1, -1]
+        self.entries[path] = [digest, [asdict(f) for f in findings], *stat]
         self.dirty = True
 
     def save(self) -> None:
@@ -169,6 +199,16 @@ class Cache:
             tmp.replace(self.path)
         except OSError:
             pass  # a cache that cannot be written is only slower
+
+
+RACY_S = 2.0
+
+
+def _trusted_stat(stat: os.stat_result) -> list[int]:
+    """``[size, mtime_ns]``, or a stat no file has when the file changed too recently."""
+    if time.time_ns() - stat.st_mtime_ns < RACY_S * 1e9:
+        return [-1, -1]
+    return [stat.st_size, stat.st_mtime_ns]
 
 
 def _batches(items: list[tuple[str, str]], count: int) -> Iterator[list[tuple[str, str]]]:
@@ -195,18 +235,11 @@ def run(
     for file in files:
         result.stats.files += 1
         shown = _display(file, display_root)
-        key = str(file.resolve())
-        if key in cache.entries:  # only then is hashing here cheaper than checking in a worker
-            try:
-                data = file.read_bytes()
-            except OSError:
-                data = None
-            if data is not None:
-                hit = cache.get(key, _digest(data))
-                if hit is not None:
-                    result.stats.cached += 1
-                    result.findings += hit
-                    continue
+        hit = cache.lookup(os.path.abspath(file))
+        if hit is not None:
+            result.stats.cached += 1
+            result.findings += hit
+            continue
         todo.append((str(file), shown))
     jobs = jobs or os.cpu_count() or 1
     if jobs > 1 and len(todo) > 8:
@@ -224,7 +257,7 @@ def run(
         result.stats.skipped += not parsed
         result.stats.lines += lines
         if digest:
-            cache.put(str(Path(path).resolve()), digest, findings)
+            cache.put(os.path.abspath(path), digest, findings)
         result.findings += findings
     cache.save()
     result.findings = sorted(f for f in result.findings if config.enabled(f.code))

@@ -205,7 +205,7 @@ def speed(vllm: Path, rounds: int) -> dict[str, float]:
         out["vllm cached"] = _time_command(
             [*lint, "--cache-dir", str(cache), str(copy)], rounds, ROOT
         )
-        ruff = shutil.which("ruff")
+        ruff = _ruff()
         if ruff is not None:
             base = [
                 ruff,
@@ -220,6 +220,12 @@ def speed(vllm: Path, rounds: int) -> dict[str, float]:
             out["ruff models"] = _time_command([*base, str(models)], rounds, ROOT)
             out["ruff vllm"] = _time_command([*base, str(copy)], rounds, ROOT)
     return out
+
+
+def _ruff() -> str | None:
+    """The ruff binary: on PATH, or the one the ``ruff`` package installed beside Python."""
+    beside = Path(sys.executable).parent / "ruff"
+    return str(beside) if beside.is_file() else shutil.which("ruff")
 
 
 def render(data: dict[str, Any]) -> str:

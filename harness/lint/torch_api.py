@@ -84,8 +84,8 @@ NON_TENSOR_METHODS = frozenset(
     numpy untyped_storage __len__ type dense_dim sparse_dim _nnz qscheme q_scale q_zero_point
     """.split()
 )
-# Tensor methods named like these answer a question: ``is_inference()``, ``has_names()``.
-NON_TENSOR_METHOD_PREFIXES = ("is_", "has_")
+# Tensor methods named like these answer a question: ``is_inference()``, ``_is_view()``.
+NON_TENSOR_METHOD_PREFIXES = ("is_", "has_", "_is_")
 # Tensor attributes that are not tensors.
 NON_TENSOR_ATTRS = frozenset(
     """

@@ -51,6 +51,14 @@ def test_json_output(tree, capsys):
     (item,) = json.loads(out)
     assert item["path"] == "pkg/bad.py"
     assert (item["line"], item["column"], item["code"]) == (4, 4, "TB001")
+    assert item["fix"] == {
+        "line": 4,
+        "col": 3,
+        "end_line": 4,
+        "end_col": 4,
+        "replacement": "x.numel() > 0",
+        "applicability": "unsafe",
+    }
 
 
 def test_github_output(tree, capsys):
@@ -69,7 +77,10 @@ def test_sarif_output(tree, capsys):
     assert result["ruleId"] == "TB001"
     region = result["locations"][0]["physicalLocation"]["region"]
     assert (region["startLine"], region["startColumn"]) == (4, 4)
-    assert {r["id"] for r in sarif["runs"][0]["tool"]["driver"]["rules"]} >= {"TB001", "TB009"}
+    rules = {r["id"]: r for r in sarif["runs"][0]["tool"]["driver"]["rules"]}
+    assert rules.keys() >= {"TB001", "TB009"}
+    assert rules["TB009"]["name"] == "tensor-in-walrus-test"
+    assert "## Why is this bad?" in rules["TB009"]["help"]["markdown"]
 
 
 def test_select_ignore_and_exit_zero(tree, capsys):
