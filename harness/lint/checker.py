@@ -8,6 +8,7 @@ from __future__ import annotations
 import ast
 import re
 from collections.abc import Sequence
+from dataclasses import replace
 
 from harness.lint.finding import Finding, Fix
 from harness.lint.inference import (
@@ -228,16 +229,7 @@ class ModuleChecker(Inference):
             self._char_col(node.end_lineno, node.end_col_offset),
             f"({name} if {name} is not None else {default})",
         )
-        self.findings[-1] = Finding(
-            finding.path,
-            finding.line,
-            finding.col,
-            finding.code,
-            finding.message,
-            finding.end_line,
-            finding.end_col,
-            fix,
-        )
+        self.findings[-1] = replace(finding, fix=fix)
 
     def walk(self, node: ast.AST) -> None:
         """Visit an expression's parts for nested truth contexts and bindings.

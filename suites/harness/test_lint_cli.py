@@ -224,26 +224,24 @@ def test_type_aware_mode_sees_across_modules(tmp_path):
 def test_flake8_runs_the_rules_through_its_plugin_entry_point(tree):
     """``flake8 --select TB`` finds what the command line finds, at the same place (flake8 is
     installed with the test extra; the plugin comes from this package's entry point)."""
-    flake8 = subprocess.run(
-        [sys.executable, "-m", "flake8", "--select", "TB", "pkg"],
-        cwd=tree,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert flake8.returncode == 1, flake8.stderr
-    assert flake8.stdout.splitlines() == [
+
+    def flake8():
+        return subprocess.run(
+            [sys.executable, "-m", "flake8", "--select", "TB", "pkg"],
+            cwd=tree,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+
+    found = flake8()
+    assert found.returncode == 1, found.stderr
+    assert found.stdout.splitlines() == [
         "pkg/bad.py:4:4: TB001 tensor `x` as `if` / `elif` condition: test `x.numel() > 0` for "
         "emptiness, or `.any()` / `.all()` for its values"
     ]
     (tree / "pkg" / "bad.py").write_text(BAD.replace("if x:", "if x:  # noqa: TB001"))
-    quiet = subprocess.run(
-        [sys.executable, "-m", "flake8", "--select", "TB", "pkg"],
-        cwd=tree,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    quiet = flake8()
     assert (quiet.returncode, quiet.stdout) == (0, "")
 
 
