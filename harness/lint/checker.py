@@ -251,8 +251,13 @@ class ModuleChecker(Inference):
             self.truth(node.operand, NOT, replace=node, negated=True)
         elif isinstance(node, ast.IfExp):
             self.truth(node.test, CONDITIONAL_EXPRESSION)
+            positive, negative = self.narrowing(node.test)
+            before = self.env
+            self.env = self.narrowed(before, positive)
             self._walk(node.body)
+            self.env = self.narrowed(before, negative)
             self._walk(node.orelse)
+            self.env = before
         elif isinstance(node, ast.NamedExpr):
             self._walk(node.value)
             self.bind(node.target, self.value(node.value), node.value)

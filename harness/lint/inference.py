@@ -149,6 +149,8 @@ def join(a: Value, b: Value) -> Value:
         return Kind.UNKNOWN
     if {a, b} <= {Kind.TENSOR, Kind.OPTIONAL, Kind.NONE}:
         return Kind.OPTIONAL
+    if Kind.SCALAR in (a, b) and {a, b} & FLAGGED:  # one element on one path only
+        return b if a is Kind.SCALAR else a
     return Kind.UNKNOWN
 
 
@@ -497,6 +499,8 @@ class Inference:
         if isinstance(node, ast.Compare):
             if any(isinstance(op, (ast.Is, ast.IsNot, ast.In, ast.NotIn)) for op in node.ops):
                 return Kind.NOT_TENSOR
+            if _compares_with_a_non_number(node):
+                return Kind.NOT_TENSOR
             sides = {self.kind(node.left), *(self.kind(c) for c in node.comparators)}
             if sides & FLAGGED:
                 return Kind.TENSOR
@@ -805,6 +809,15 @@ class Inference:
         result, self.env = self.env, saved
         return result
 
+    def _either(self, changes: Sequence[dict[str, Value]]) -> dict[str, Value]:
+        """What holds when one of ``changes`` does: each name joined over all of them (a name
+        one of them leaves alone keeps its current value on that path)."""
+        names = {name for change in changes for name in change}
+        return {
+            name: join_all([change.get(name, self.value(ast.Name(name))) for change in changes])
+            for name in names
+        }
+
     def _reads(self, origin: ast.expr) -> frozenset[str]:
         """The names an expression reads (computed once per expression: narrowing asks for
         the same assignments again and again)."""
@@ -815,7 +828,21 @@ class Inference:
         return names
 
     def narrowing(self, test: ast.expr) -> tuple[dict[str, Value], dict[str, Value]]:
-        """Values known inside the ``if`` body and the ``else`` branch."""
+        """Values known inside the ``if`` body and the ``else`` branch: from ``isinstance``,
+        ``is None`` / ``is not None``, ``x.numel() == 1`` / ``!= 1`` (one element: its truth is
+        defined), and ``not``, ``and``, ``or`` of those."""
+        if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+            positive, negative = self.narrowing(test.operand)
+            return negative, positive
+        if isinstance(test, ast.BoolOp):
+            parts = [self.narrowing(operand) for operand in test.values]
+            if isinstance(test.op, ast.And):  # true: every part holds; false: one does not
+                return _merged([p for p, _ in parts]), self._either([n for _, n in parts])
+            return self._either([p for p, _ in parts]), _merged([n for _, n in parts])
+        one = _one_element_test(test)
+        if one is not None:
+            name, equal = one
+            return ({name: Kind.SCALAR}, {}) if equal else ({}, {name: Kind.SCALAR})
         if (
             isinstance(test, ast.Call)
             and isinstance(test.func, ast.Name)
@@ -844,6 +871,49 @@ class Inference:
             if isinstance(test.ops[0], ast.Is):
                 return {name: Kind.NONE}, {name: narrowed}
         return {}, {}
+
+
+def _compares_with_a_non_number(node: ast.Compare) -> bool:
+    """``t != []``, ``t == "a"``, ``t == None``: a tensor's ``==`` / ``!=`` return
+    NotImplemented for lists, tuples, strings and None, and Python answers with a bool."""
+    if not all(isinstance(op, (ast.Eq, ast.NotEq)) for op in node.ops):
+        return False
+    displays = (ast.List, ast.Tuple, ast.Set, ast.Dict, ast.ListComp, ast.SetComp, ast.DictComp)
+    return any(
+        isinstance(side, displays)
+        or (
+            isinstance(side, ast.Constant)
+            and (side.value is None or isinstance(side.value, (str, bytes)))
+        )
+        for side in (node.left, *node.comparators)
+    )
+
+
+def _merged(changes: Sequence[dict[str, Value]]) -> dict[str, Value]:
+    """What every one of ``changes`` says (later ones refine earlier ones)."""
+    out: dict[str, Value] = {}
+    for change in changes:
+        out.update(change)
+    return out
+
+
+def _one_element_test(test: ast.expr) -> tuple[str, bool] | None:
+    """``x.numel() == 1`` -> ("x", True); ``x.numel() != 1`` -> ("x", False)."""
+    if not (
+        isinstance(test, ast.Compare)
+        and len(test.ops) == 1
+        and isinstance(test.ops[0], (ast.Eq, ast.NotEq))
+        and isinstance(test.left, ast.Call)
+        and not test.left.args
+        and isinstance(test.left.func, ast.Attribute)
+        and test.left.func.attr in ("numel", "nelement")
+        and isinstance(test.left.func.value, ast.Name)
+        and _is_int(test.comparators[0])
+        and isinstance(test.comparators[0], ast.Constant)
+        and test.comparators[0].value == 1
+    ):
+        return None
+    return test.left.func.value.id, isinstance(test.ops[0], ast.Eq)
 
 
 def _scalar_construction(node: ast.Call, name: str) -> bool:

@@ -81,7 +81,8 @@ NON_TENSOR_METHODS = frozenset(
     """
     item tolist numel nelement dim ndimension size stride storage_offset element_size
     is_contiguous is_floating_point is_complex is_signed data_ptr get_device equal allclose
-    numpy untyped_storage __len__ type dense_dim sparse_dim _nnz qscheme q_scale q_zero_point
+    numpy untyped_storage _typed_storage storage __len__ type dense_dim sparse_dim _nnz qscheme
+    q_scale q_zero_point
     """.split()
 )
 # Tensor methods named like these answer a question: ``is_inference()``, ``_is_view()``.

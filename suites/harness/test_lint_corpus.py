@@ -97,3 +97,36 @@ def test_syntax_error_is_one_finding():
 def test_never_crashes(source):
     for finding in check_source(source, "odd.py"):
         assert finding.code != "TB999"
+
+
+def test_the_torch_facts_the_inference_relies_on():
+    """What the API tables and inference assume of torch, checked against torch itself."""
+    torch = pytest.importorskip("torch")
+    from harness.lint import torch_api
+
+    x = torch.arange(6.0).reshape(2, 3)
+    # `==` / `!=` with a list, a string or None: Python answers with a bool.
+    for other in ([], [0.0, 1.0, 2.0], "auto", None):
+        assert type(x == other) is bool
+        assert type(x != other) is bool
+    assert isinstance(x == 0, torch.Tensor)
+    # Tuple-returning ops give tuples of tensors; max(dim=) a named tuple with .values.
+    for name in ("split", "chunk", "unbind", "sort", "topk", "aminmax"):
+        assert name in torch_api.TUPLE_OF_TENSORS
+    assert all(isinstance(t, torch.Tensor) for t in torch.split(x, 1))
+    assert isinstance(x.max(dim=1).values, torch.Tensor)
+    lo, hi = torch.aminmax(x)
+    assert (lo.dim(), hi.dim()) == (0, 0)
+    # 0-d constructions and full reductions.
+    assert torch.tensor(float("inf")).dim() == 0
+    assert torch.isnan(x.sum()).dim() == 0
+    assert torch.linalg.vector_norm(x).dim() == 0
+    # Methods in NON_TENSOR_METHODS return Python values.
+    sparse = x.to_sparse()
+    for method in ("numel", "dim", "dense_dim", "sparse_dim", "_nnz", "is_inference", "_is_view"):
+        assert method in torch_api.NON_TENSOR_METHODS or method.startswith(
+            torch_api.NON_TENSOR_METHOD_PREFIXES
+        )
+        assert not isinstance(getattr(sparse, method)(), torch.Tensor), method
+    # A torch op returns a tensor whatever its argument's type was.
+    assert isinstance(torch.isin(x, x), torch.Tensor)
