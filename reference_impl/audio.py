@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from reference_impl.config import ConfigError
+from reference_impl.errors import ConfigError
 from reference_impl.layers import ReLUSquared, RMSNorm
 
 LOG_GUARD = 2.0**-24

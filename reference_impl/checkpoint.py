@@ -29,7 +29,8 @@ from torch import nn
 from transformers import PreTrainedTokenizerBase
 
 from reference_impl.audio import AudioConfig
-from reference_impl.config import ConfigError, NemotronHConfig, VLConfig
+from reference_impl.config import NemotronHConfig, VLConfig
+from reference_impl.errors import ConfigError
 from reference_impl.model import NanoNemotronVLForConditionalGeneration
 from reference_impl.radio import RADIO_SIZES, RadioConfig
 

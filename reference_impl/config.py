@@ -17,20 +17,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, cast
 
-from reference_impl.errors import FieldError
+from reference_impl.errors import ConfigError
 
-if TYPE_CHECKING:  # the tower configs import ConfigError from here
+if TYPE_CHECKING:  # types only: the towers (and torch) load when a model is built
     from reference_impl.audio import AudioConfig
     from reference_impl.radio import RadioConfig
-
-
-class ConfigError(FieldError):
-    """A configuration field has an invalid value. The message names the field."""
-
-    def __init__(self, field: str, expected: str, actual: object) -> None:
-        super().__init__(f"config field {field!r}", expected, repr(actual))
-        self.field_name = field
-
 
 #: Pattern letters and the layer kind each one builds.
 LAYER_KINDS: dict[str, str] = {"M": "mamba", "*": "attention", "-": "mlp", "E": "moe"}

@@ -18,7 +18,8 @@ from typing import Any
 
 import torch
 
-from reference_impl.config import ConfigError, NemotronHConfig, VLConfig, merge_block_types
+from reference_impl.config import NemotronHConfig, VLConfig, merge_block_types
+from reference_impl.errors import ConfigError
 
 
 def minimal_pattern(pattern: str, layers_per_kind: int = 1) -> str:

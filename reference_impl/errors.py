@@ -11,3 +11,11 @@ class FieldError(ValueError):
         self.expected = expected
         self.actual = actual
         super().__init__(f"{field}: expected {expected}, got {actual}")
+
+
+class ConfigError(FieldError):
+    """A configuration field has an invalid value. The message names the field."""
+
+    def __init__(self, field: str, expected: str, actual: object) -> None:
+        super().__init__(f"config field {field!r}", expected, repr(actual))
+        self.field_name = field

@@ -20,7 +20,8 @@ import torch
 from transformers import PreTrainedTokenizerBase
 
 from reference_impl.audio import audio_token_count, extract_features, to_mono
-from reference_impl.config import ConfigError, VLConfig
+from reference_impl.config import VLConfig
+from reference_impl.errors import ConfigError
 from reference_impl.tokenizer import (
     AUDIO_CONTEXT,
     AUDIO_END,

@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from reference_impl.config import ConfigError
+from reference_impl.errors import ConfigError
 
 #: Width, depth, heads and MLP width by timm model name (the checkpoint's ``args["model"]``).
 RADIO_SIZES: dict[str, tuple[int, int, int, int]] = {

@@ -16,7 +16,8 @@ from reference_impl.audio import (
     extract_features,
     mel_filter_bank,
 )
-from reference_impl.config import ConfigError, VLConfig
+from reference_impl.config import VLConfig
+from reference_impl.errors import ConfigError
 from reference_impl.model import NanoNemotronVLModel
 from reference_impl.tokenizer import VOCAB_SIZE, shared_tokenizer
 from suites.harness.helpers import needs_vllm

@@ -18,7 +18,7 @@ from reference_impl.checkpoint import (
     vl_config_from_hf_dict,
     vl_config_to_hf_dict,
 )
-from reference_impl.config import ConfigError
+from reference_impl.errors import ConfigError
 from reference_impl.model import NanoNemotronVLForConditionalGeneration
 from reference_impl.radio import RadioConfig
 from reference_impl.tokenizer import VOCAB_SIZE, shared_tokenizer

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from reference_impl import presets
-from reference_impl.config import ConfigError, NemotronHConfig, VLConfig
+from reference_impl.config import NemotronHConfig, VLConfig
 from reference_impl.dummy import (
     mamba_state_dtype_from_config,
     mamba_state_dtypes,
@@ -21,6 +21,7 @@ from reference_impl.dummy import (
     minimal_text_config,
     minimal_vl_config,
 )
+from reference_impl.errors import ConfigError
 from suites.reference.lm_configs import tiny
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from reference_impl.config import ConfigError, VLConfig
+from reference_impl.config import VLConfig
+from reference_impl.errors import ConfigError
 from reference_impl.inputs import (
     AudioFeatureInputs,
     ImageEmbeddingInputs,

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from reference_impl import presets, processor
-from reference_impl.config import ConfigError
+from reference_impl.errors import ConfigError
 from reference_impl.processor import NanoNemotronVLProcessor, Video
 from reference_impl.tokenizer import VOCAB_SIZE, shared_tokenizer
 from suites.harness.helpers import needs_vllm

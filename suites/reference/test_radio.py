@@ -8,7 +8,8 @@ import torch
 
 from harness import inputs
 from harness.checkpoint import ModelSpec
-from reference_impl.config import ConfigError, VLConfig
+from reference_impl.config import VLConfig
+from reference_impl.errors import ConfigError
 from reference_impl.model import NanoNemotronVLModel
 from reference_impl.radio import RADIO_SIZES, RadioConfig, RadioVisionModel
 from reference_impl.tokenizer import VOCAB_SIZE, shared_tokenizer

@@ -18,7 +18,7 @@ from harness.requests import (
     VideoClip,
 )
 from harness.targets.base import NotImplementedByTarget
-from reference_impl.config import ConfigError
+from reference_impl.errors import ConfigError
 from reference_impl.model import NanoNemotronVLModel
 from reference_impl.processor import (
     MODEL_INPUT_KEYS,
