@@ -1,10 +1,9 @@
 """Root conftest: loads the harness's pytest plugin for every run from this tree."""
 
-import os
+from harness import environment
 
 # No model hub at run time: configs and tokenizers are built in code. (VLLM_TARGET_DEVICE is set
 # by the vllm target itself, before its first import of vLLM.)
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+environment.apply(environment.OFFLINE)
 
 pytest_plugins = ("harness.plugin",)

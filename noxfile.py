@@ -19,6 +19,7 @@ minutes; it must not be repeated per session or per run).
 from __future__ import annotations
 
 import hashlib
+import runpy
 import shutil
 import subprocess
 import sys
@@ -30,12 +31,9 @@ ROOT = Path(__file__).resolve().parent
 SHARED_ENV = ROOT / ".nox" / "shared"
 SHARED_EXTRAS = "test,vllm,dev"
 REPORTS = ROOT / "reports"
-CPU_ENV = {
-    "VLLM_TARGET_DEVICE": "cpu",
-    "HF_HUB_OFFLINE": "1",
-    "TRANSFORMERS_OFFLINE": "1",
-    "PYTHONHASHSEED": "0",
-}
+# The harness's own definition (nox runs without the harness installed: read, not imported).
+_ENVIRONMENT = runpy.run_path(str(ROOT / "harness" / "environment.py"))
+CPU_ENV = {**_ENVIRONMENT["CPU"], "PYTHONHASHSEED": "0"}
 
 nox.options.sessions = ["tests"]
 nox.options.reuse_venv = "yes"
@@ -239,6 +237,7 @@ def gpu(session: nox.Session) -> None:
         "cuda",
         f"--junitxml={out / 'junit.xml'}",
         *session.posargs,
-        env={"HF_HUB_OFFLINE": "1", "PYTHONHASHSEED": "0"},  # added to the caller's environment
+        # Added to the caller's environment: offline, but not vLLM's CPU platform.
+        env={**_ENVIRONMENT["OFFLINE"], "PYTHONHASHSEED": "0"},
         external=True,
     )

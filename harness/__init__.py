@@ -1,13 +1,24 @@
 """The conformance and regression harness for vLLM's Nano-Nemotron VL model.
 
-- ``plugin``: the pytest entry point (``--target``, ``--device``, deviations, result recording).
+- ``plugin``: the pytest entry point, made of ``pytest_target`` (``--target``, ``--device``),
+  ``pytest_deviations`` (known deviations as strict xfails), ``pytest_results`` (results JSON)
+  and ``pytest_checkpoints`` (one set of checkpoint folders per run).
 - ``targets``: the implementations under test behind one small interface.
-- ``inputs``: builders of valid multimodal keyword arguments for a model.
-- ``results``: the results schema shared by the plugin (writer) and the report (reader).
-- ``supervisor``: each target's pytest process watched from outside (time and memory limits,
-  crashes, restarts, interruption).
-- ``report``: the conformance report writers; ``conformance``: the main job's runner.
-- ``gate``: the pull-request gate (base against head of a vLLM change, a delta report).
+- ``checkpoint``: tiny checkpoint folders written from the reference; ``shared_checkpoints``:
+  one run's folders shared by every process; ``weight_streams``: tensors streamed as loaders
+  stream them.
+- ``requests``: a user's multimodal request and what an engine makes of it; ``model_kwargs``:
+  builders of valid multimodal keyword arguments for a model; ``strategies``: hypothesis
+  strategies over both.
+- ``assertions``: what a clear error is, and output comparisons; ``deviations``: known
+  deviations; ``oracles``: independent implementations (transformers) with random weights;
+  ``vllm_layers``: vLLM's own layers on CPU as oracles.
+- ``results``: the results schema; ``report``: the conformance report; ``conformance``: the
+  main job; ``supervisor``: each target's pytest process watched from outside; ``gate``: the
+  pull-request gate.
+- ``mutation``: the regression corpus, its kill matrix and the mutation score; ``lint``: the
+  tensor-truthiness lint (installs alone); ``bench_report``: speed goals over benchmarks;
+  ``environment``: the process environment every run needs.
 """
 
 from pathlib import Path

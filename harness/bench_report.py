@@ -1,8 +1,11 @@
-"""Targets over pytest-benchmark results: ``python -m harness.bench_report BENCH.json [OUT.md]``.
+"""Speed goals over pytest-benchmark results.
+
+    python -m harness.bench_report BENCH.json [OUT.md]
+
 
 Reads the JSON that ``pytest suites/benchmarks --benchmark-json=...`` writes, computes the
-ratios the issues name (best of rounds), and writes a markdown table with each target,
-the measured value and whether it is met. Exit status 0 when every target is met, 1 otherwise.
+ratios the issues name (best of rounds), and writes a markdown table with each speed goal,
+the measured value and whether it is met. Exit status 0 when every goal is met, 1 otherwise.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ NOISE = 1.05  # "no slower" allows 5% measurement noise
 
 
 @dataclass(frozen=True)
-class Target:
+class SpeedGoal:
     name: str
     value: Callable[[dict[str, float]], float]
     limit: float
@@ -39,49 +42,49 @@ def _ratio(a: str, b: str) -> Callable[[dict[str, float]], float]:
     return lambda m: m[a] / m[b]
 
 
-TARGETS = (
-    Target(
+SPEED_GOALS = (
+    SpeedGoal(
         "prefill 1,024 tokens: reference / transformers",
         _ratio("test_prefill[M*M--reference-1024]", "test_prefill[M*M--transformers-1024]"),
         NOISE,
     ),
-    Target(
+    SpeedGoal(
         "prefill 4,096 tokens: reference / transformers",
         _ratio("test_prefill[M*M--reference-4096]", "test_prefill[M*M--transformers-4096]"),
         NOISE,
     ),
-    Target(
+    SpeedGoal(
         "cached decode after 256: reference / transformers",
         _ratio("test_decode_after_256[M*M--reference]", "test_decode_after_256[M*M--transformers]"),
         NOISE,
     ),
-    Target(
+    SpeedGoal(
         "all-Mamba prefill: time(L=4096) / time(L=1024)",
         _ratio("test_prefill_all_mamba[4096]", "test_prefill_all_mamba[1024]"),
         4.5,
     ),
-    Target(
+    SpeedGoal(
         "all-Mamba decode per token: context 4096 / context 256",
         _ratio("test_decode_all_mamba[4096]", "test_decode_all_mamba[256]"),
         1.5,
     ),
-    Target(
+    SpeedGoal(
         "scan at L=2048: sequential / chunked",
         _ratio("test_scan_2048[sequential]", "test_scan_2048[chunked]"),
         5.0,
         at_least=True,
     ),
-    Target(
+    SpeedGoal(
         "shrunk 12B v2 VL preset: build + one forward, seconds",
         lambda m: m["test_shrunk_preset_build_and_forward[nemotron_nano_12b_v2_vl]"],
         2.0,
     ),
-    Target(
+    SpeedGoal(
         "shrunk Omni V3 preset: build + one forward, seconds",
         lambda m: m["test_shrunk_preset_build_and_forward[nemotron_3_nano_omni]"],
         2.0,
     ),
-    Target(
+    SpeedGoal(
         "end to end, tiny Omni (2 images, video, audio -> 8 tokens), seconds",
         lambda m: m["test_end_to_end_tiny_omni"],
         10.0,
@@ -99,23 +102,22 @@ def render(data: dict[str, Any]) -> tuple[str, bool]:
         f" ({machine.get('cpu', {}).get('count', '?')} cores), torch threads 2, best of "
         "5 rounds (3 end to end), by `nox -s bench`.",
         "",
-        "| target | limit | measured | met |",
+        "| goal | limit | measured | met |",
         "|---|---|---|---|",
     ]
     all_met = True
-    for target in TARGETS:
+    for goal in SPEED_GOALS:
         try:
-            value = target.value(m)
+            value = goal.value(m)
         except KeyError as e:
-            lines.append(f"| {target.name} | — | not measured ({e}) | no |")
+            lines.append(f"| {goal.name} | — | not measured ({e}) | no |")
             all_met = False
             continue
-        met = target.met(value)
+        met = goal.met(value)
         all_met &= met
-        op = ">=" if target.at_least else "<="
+        op = ">=" if goal.at_least else "<="
         lines.append(
-            f"| {target.name} | {op} {target.limit:g} | {value:.3f} | "
-            f"{'yes' if met else '**no**'} |"
+            f"| {goal.name} | {op} {goal.limit:g} | {value:.3f} | {'yes' if met else '**no**'} |"
         )
     lines += ["", "| case | best (ms) | median (ms) |", "|---|---|---|"]
     med = {b["name"]: float(b["stats"]["median"]) for b in data["benchmarks"]}

@@ -39,9 +39,9 @@ from reference_impl import presets
 from reference_impl.audio import AudioConfig
 from reference_impl.checkpoint import checkpoint_state_dict, read_weights, vl_config_to_hf_dict
 from reference_impl.config import VLConfig
-from reference_impl.dummy import minimal_vl_config
 from reference_impl.model import NanoNemotronVLForConditionalGeneration
 from reference_impl.radio import RADIO_SIZES
+from reference_impl.shrink import minimal_vl_config
 from reference_impl.tokenizer import VOCAB_SIZE, build_tokenizer, build_tokenizer_object
 from reference_impl.weights import CONV_BIAS_SUFFIXES
 

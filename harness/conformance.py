@@ -25,6 +25,7 @@ import argparse
 import re
 import shlex
 import sys
+from importlib import metadata
 from pathlib import Path
 
 from harness import ROOT
@@ -44,8 +45,6 @@ SUITE = "suites/conformance"
 
 
 def available_targets() -> list[str]:
-    from importlib import metadata
-
     targets = ["reference"]
     try:
         metadata.version("vllm")

@@ -35,6 +35,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -129,8 +130,6 @@ def harness_fingerprint() -> str:
 
 
 def cache_key(files: list[Path], side_root: Path, extra: list[str]) -> str:
-    from importlib import metadata
-
     parts = [f"{f.relative_to(side_root)}={_sha256(f.read_bytes())}" for f in files]
     parts += [f"vllm={metadata.version('vllm')}", f"harness={harness_fingerprint()}"]
     parts += [f"args={shlex.join(extra)}"]

@@ -8,9 +8,9 @@ from typing import Any
 import torch
 from hypothesis import strategies as st
 
-from harness import inputs
+from harness import model_kwargs
 from harness.checkpoint import ModelSpec
-from harness.inputs import InputGroup
+from harness.model_kwargs import InputGroup
 from harness.requests import PLACEHOLDER, Items, audio_clip, embedding_rows, pil_image, video_clip
 from harness.requests import Request as UserRequest
 
@@ -34,7 +34,7 @@ class Request:
 
     @property
     def kwargs(self) -> dict[str, object]:
-        kwargs = inputs.combine(self.groups)
+        kwargs = model_kwargs.combine(self.groups)
         for key, value in self.extras.items():
             kwargs.setdefault(key, value)
         return kwargs
@@ -56,17 +56,17 @@ def input_groups(draw: st.DrawFn, spec: ModelSpec, form: str, *, ragged: bool = 
             if stacked or not ragged
             else draw(st.lists(st.integers(1, 4), min_size=n, max_size=n))
         )
-        return inputs.embeddings(spec, form, rows, stacked=stacked, seed=seed)
+        return model_kwargs.embeddings(spec, form, rows, stacked=stacked, seed=seed)
     if form == "pixel_values_flat":
         tiles = draw(st.lists(st.integers(1, 3), min_size=n, max_size=n))
-        return inputs.image_pixels(spec, tiles, seed=seed)
+        return model_kwargs.image_pixels(spec, tiles, seed=seed)
     if form == "pixel_values_flat_video":
         frames = draw(st.lists(st.integers(1, 3), min_size=n, max_size=n))
-        return inputs.video_pixels(spec, frames, seed=seed)
+        return model_kwargs.video_pixels(spec, frames, seed=seed)
     if form == "input_audio_features":
         clips = draw(st.lists(st.integers(1, 2), min_size=n, max_size=n))
-        return inputs.audio_features(spec, clips, seed=seed)
-    raise ValueError(f"form: expected one of {inputs.FORMS}, got {form!r}")
+        return model_kwargs.audio_features(spec, clips, seed=seed)
+    raise ValueError(f"form: expected one of {model_kwargs.FORMS}, got {form!r}")
 
 
 @st.composite

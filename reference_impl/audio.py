@@ -120,12 +120,6 @@ def audio_token_count(num_samples: int, config: AudioConfig) -> int:
     return max(1, total)
 
 
-def audio_length_for_tokens(tokens: int, config: AudioConfig) -> int:
-    """Samples that give about ``tokens`` placeholders (vLLM's ``ParakeetExtractor.audio_length``,
-    used to size dummy audio)."""
-    return tokens * config.subsampling_factor * config.hop_length
-
-
 # ---------------------------------------------------------------------------------------------
 # Features
 

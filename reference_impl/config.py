@@ -23,23 +23,21 @@ if TYPE_CHECKING:  # types only: the towers (and torch) load when a model is bui
     from reference_impl.audio import AudioConfig
     from reference_impl.radio import RadioConfig
 
-#: Pattern letters and the layer kind each one builds.
+#: Pattern letters and the layer kind each one builds: the one table every letter is read from.
 LAYER_KINDS: dict[str, str] = {"M": "mamba", "*": "attention", "-": "mlp", "E": "moe"}
-#: ``layers_block_type`` names (transformers 5 and older checkpoints) to pattern letters.
-BLOCK_TYPE_LETTERS: dict[str, str] = {
-    "mamba": "M",
-    "linear_attention": "M",
-    "attention": "*",
-    "full_attention": "*",
-    "mlp": "-",
-    "moe": "E",
+#: Layer kinds that transformers 5 names differently in ``layers_block_type``.
+_TRANSFORMERS_KIND_NAMES: dict[str, str] = {
+    "mamba": "linear_attention",
+    "attention": "full_attention",
 }
 #: Pattern letters to the ``layers_block_type`` names transformers 5 writes (and validates).
 TRANSFORMERS_BLOCK_TYPES: dict[str, str] = {
-    "M": "linear_attention",
-    "*": "full_attention",
-    "-": "mlp",
-    "E": "moe",
+    letter: _TRANSFORMERS_KIND_NAMES.get(kind, kind) for letter, kind in LAYER_KINDS.items()
+}
+#: ``layers_block_type`` names (transformers 5 and older checkpoints) to pattern letters.
+BLOCK_TYPE_LETTERS: dict[str, str] = {
+    **{kind: letter for letter, kind in LAYER_KINDS.items()},
+    **{name: letter for letter, name in TRANSFORMERS_BLOCK_TYPES.items()},
 }
 #: Constructor (checkpoint) argument names that differ from the attribute names.
 NEMOTRON_H_ALIASES: dict[str, str] = {
@@ -158,7 +156,7 @@ class NemotronHConfig:
             )
         if self.head_dim is not None:
             _positive_int("head_dim", self.head_dim)
-        elif "*" in pattern and self.hidden_size % self.num_attention_heads:
+        elif "attention" in self.layer_kinds and self.hidden_size % self.num_attention_heads:
             raise ConfigError(
                 "head_dim",
                 f"set, as hidden_size={self.hidden_size} is not divisible by "
@@ -170,17 +168,18 @@ class NemotronHConfig:
             object.__setattr__(self, "intermediate_size", tuple(raw))
         widths = self.intermediate_size
         if isinstance(widths, tuple):
-            if len(widths) != pattern.count("-"):
+            mlp_layers = self.layer_kinds.count("mlp")
+            if len(widths) != mlp_layers:
                 raise ConfigError(
                     "intermediate_size",
-                    f"one width per MLP layer ({pattern.count('-')} in the pattern)",
+                    f"one width per MLP layer ({mlp_layers} in the pattern)",
                     f"{len(widths)} widths",
                 )
             for i, width in enumerate(widths):
                 _positive_int(f"intermediate_size[{i}]", width)
         else:
             _positive_int("intermediate_size", widths)
-        if "E" in pattern:
+        if "moe" in self.layer_kinds:
             self._validate_moe()
 
     def _validate_moe(self) -> None:
@@ -238,7 +237,7 @@ class NemotronHConfig:
         """Width of the MLP at ``layer`` (a list is indexed by the MLP's ordinal)."""
         if isinstance(self.intermediate_size, int):
             return self.intermediate_size
-        return self.intermediate_size[self.hybrid_override_pattern[: layer + 1].count("-") - 1]
+        return self.intermediate_size[self.layer_kinds[: layer + 1].count("mlp") - 1]
 
     @property
     def layer_kinds(self) -> list[str]:
@@ -354,9 +353,7 @@ class VLConfig:
             "patch_size",
             "video_temporal_patch_size",
         ):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ConfigError(name, "a positive int", value)
+            _positive_int(name, getattr(self, name))
         if not 0.0 < self.downsample_ratio <= 1.0:
             raise ConfigError("downsample_ratio", "a float in (0, 1]", self.downsample_ratio)
         r = round(1 / self.downsample_ratio)
@@ -420,7 +417,3 @@ class VLConfig:
     def connector_in_size(self) -> int:
         """Width of the pixel-shuffled features entering ``mlp1``: ``C * r * r``."""
         return self.vit_hidden_size * self.shuffle_factor**2
-
-    def tokens_for_grid(self, height: int, width: int) -> int:
-        """Embedding rows produced for an ``height x width`` pixel image or frame."""
-        return (height // self.patch_size) * (width // self.patch_size) // self.shuffle_factor**2

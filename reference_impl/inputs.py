@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import ClassVar, Literal, TypeAlias, TypedDict
+from typing import Literal, TypeAlias, TypedDict
 
 import torch
 
@@ -194,14 +194,14 @@ class _EmbeddingInputs:
     """Precomputed embeddings: a stacked ``[n, f, h]`` tensor or a list of ``[f_i, h]``."""
 
     data: torch.Tensor | list[torch.Tensor]
-    kind_name: ClassVar[str]  # the routing key, and the name errors use
+    kind: str = ""  # the routing key, and the name errors use (each subclass fixes it)
 
     @property
     def num_items(self) -> int:
         return len(self.data)
 
     def validate(self, hidden_size: int | None = None) -> None:
-        _validate_embeddings(self.kind_name, self.data, hidden_size)
+        _validate_embeddings(self.kind, self.data, hidden_size)
 
 
 @dataclass(frozen=True)
@@ -209,7 +209,6 @@ class ImageEmbeddingInputs(_EmbeddingInputs):
     """Precomputed image embeddings, one ``[f_i, h]`` per image."""
 
     kind: Literal["image_embeds"] = "image_embeds"
-    kind_name: ClassVar[str] = "image_embeds"
 
 
 ImageInputs: TypeAlias = ImagePixelInputs | ImagePixelDynamicInputs | ImageEmbeddingInputs
@@ -260,7 +259,6 @@ class VideoEmbeddingInputs(_EmbeddingInputs):
     """Precomputed video embeddings covering every placeholder of each video's replacement."""
 
     kind: Literal["video_embeds"] = "video_embeds"
-    kind_name: ClassVar[str] = "video_embeds"
 
 
 VideoInputs: TypeAlias = VideoPixelInputs | VideoEmbeddingInputs

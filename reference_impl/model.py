@@ -22,6 +22,7 @@ import torch
 from torch import nn
 from transformers import PreTrainedTokenizerBase
 
+from reference_impl.audio import ParakeetAudioTower
 from reference_impl.config import VLConfig
 from reference_impl.connector import Connector
 from reference_impl.inputs import (
@@ -41,6 +42,7 @@ from reference_impl.inputs import (
 from reference_impl.lora import base_embedding
 from reference_impl.nemotron_h import NemotronHForCausalLM
 from reference_impl.processor import Placeholder, ProcessorOutput, video_replacement_ids
+from reference_impl.radio import RadioVisionModel
 from reference_impl.tokenizer import IMG_CONTEXT
 
 # The keys that route a call to a modality. The first of them to appear (with a non-None value)
@@ -155,7 +157,7 @@ class NanoNemotronVLModel(nn.Module):
     ) -> EmbeddingT | None:
         """The modality's precomputed embeddings, or None when it came as pixels. Both forms in
         one call are an error: upstream silently drops the pixels."""
-        key = cls.kind_name
+        key = cls.kind
         embeds = kw.get(key)
         if embeds is None:
             return None
@@ -488,9 +490,6 @@ class NanoNemotronVLForConditionalGeneration(nn.Module):
 
     def __init__(self, config: VLConfig, tokenizer: PreTrainedTokenizerBase) -> None:
         super().__init__()
-        from reference_impl.audio import ParakeetAudioTower
-        from reference_impl.radio import RadioVisionModel
-
         if config.text_config is None or config.vision_config is None:
             raise InputValidationError("config", "text_config and vision_config", "missing")
         self.config = config

@@ -11,8 +11,9 @@ Glossary (sizes from :class:`~reference_impl.config.NemotronHConfig`):
     E   routed experts              F   expert width            R   routed width (H, or latent)
 
 Every layer is pre-norm with a residual, ``x = x + mixer(norm(x))``, the mixer chosen by the
-pattern letter (``M`` Mamba2, ``*`` attention, ``-`` MLP, ``E`` MoE); then ``norm_f`` and the
-head. There is no positional encoding: Mamba layers carry order, attention is causal.
+pattern letter (``M`` Mamba2, ``*`` attention, ``-`` MLP, ``E`` MoE; :data:`MIXERS`); then
+``norm_f`` and the head. There is no positional encoding: Mamba layers carry order, attention
+is causal.
 
 Mirrors vLLM's ``vllm/model_executor/models/nemotron_h.py`` and ``MambaMixer2``; parameter names
 follow vLLM (``model.layers.{i}.mixer.*``, a fused ``qkv_proj``), checkpoint names are mapped in
@@ -26,7 +27,7 @@ real tokens never see padding, and decode writes each sequence's next key at its
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar, Generic, Self, TypeVar, cast
 
 import torch
 import torch.nn.functional as F
@@ -56,11 +57,14 @@ class KVCache:
     v: torch.Tensor  # [b, k, S, d]
 
 
+LayerCache = MambaCache | KVCache
+
+
 @dataclass
 class InferenceCache:
     """Per-layer caches (None for MLP and MoE layers) and the tokens each sequence has seen."""
 
-    layers: list[MambaCache | KVCache | None]
+    layers: list[LayerCache | None]
     lengths: torch.Tensor  # [b], int64
     capacity: int
 
@@ -81,8 +85,45 @@ def _valid_steps(
 # ---------------------------------------------------------------------------------------------
 # Mixers
 
+CacheT = TypeVar("CacheT", MambaCache, KVCache, None)
 
-class Mamba2Mixer(nn.Module):
+
+class Mixer(nn.Module, Generic[CacheT]):
+    """A layer's token mixer as the layer loop sees it: ``[b, l, H]`` to ``[b, l, H]``.
+
+    ``forward(hidden, cache, lengths, positions)`` runs one of two steps:
+
+    - prefill (``positions is None``): ``lengths [b]`` real tokens per right-padded sequence
+      (None: all ``l``); fills ``cache`` when given.
+    - decode (``positions [b]``, ``l == 1``): each sequence's new token, at position
+      ``positions[i]`` (the tokens it has seen); updates ``cache`` in place.
+
+    Mixers without state (MLP, MoE) make no cache and ignore all but ``hidden``.
+    """
+
+    @classmethod
+    def from_config(cls, config: NemotronHConfig, layer: int) -> Self:
+        """The mixer of layer ``layer``: Mamba2Mixer, Attention and MoE take only the config;
+        MLP overrides this (its width may differ per layer)."""
+        return cls(config)
+
+    def new_cache(
+        self, batch: int, capacity: int, device: torch.device, dtype: torch.dtype
+    ) -> CacheT | None:
+        """An empty cache for ``batch`` sequences of up to ``capacity`` tokens, or None."""
+        return None
+
+    def forward(
+        self,
+        hidden: torch.Tensor,
+        cache: CacheT | None = None,
+        lengths: torch.Tensor | None = None,
+        positions: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        raise NotImplementedError
+
+
+class Mamba2Mixer(Mixer[MambaCache]):
     """``in_proj -> (z, xBC, dt)``; causal depthwise conv + SiLU on ``xBC``; the SSD scan with
     ``dt = softplus(dt + dt_bias)``, ``A = -exp(A_log)`` and the ``D`` skip; gated RMSNorm in
     groups; ``out_proj``. (vLLM ``MambaMixer2``.)"""
@@ -129,13 +170,36 @@ class Mamba2Mixer(nn.Module):
             C.reshape(b, l, self.groups, self.state_size),
         )
 
+    def new_cache(
+        self, batch: int, capacity: int, device: torch.device, dtype: torch.dtype
+    ) -> MambaCache:
+        """Zero conv window and SSM state (fp32, as the scan keeps it); ``capacity`` is moot:
+        the state does not grow with the sequence."""
+        c = self.config
+        return MambaCache(
+            conv=torch.zeros(batch, self.conv_dim, c.conv_kernel - 1, device=device, dtype=dtype),
+            ssm=torch.zeros(
+                batch,
+                self.num_heads,
+                self.head_dim,
+                self.state_size,
+                device=device,
+                dtype=torch.float32,
+            ),
+        )
+
     def forward(
         self,
         hidden: torch.Tensor,
         cache: MambaCache | None = None,
         lengths: torch.Tensor | None = None,
+        positions: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """Prefill: ``hidden [b, l, H]`` to ``[b, l, H]``; fills ``cache`` when given."""
+        """Prefill: ``hidden [b, l, H]`` to ``[b, l, H]``; fills ``cache`` when given. Decode
+        (``positions`` given): :meth:`step`."""
+        if positions is not None:
+            assert cache is not None, "decoding needs the cache"
+            return self.step(hidden, cache)
         b, l, _ = hidden.shape
         z, xbc, dt = self._split(hidden)
         k = self.config.conv_kernel
@@ -170,7 +234,7 @@ class Mamba2Mixer(nn.Module):
         return out
 
 
-class Attention(nn.Module):
+class Attention(Mixer[KVCache]):
     """Causal grouped-query attention, no positional encoding: fused ``qkv_proj``, ``o_proj``,
     no biases (vLLM and transformers both ignore ``attention_bias``)."""
 
@@ -206,8 +270,28 @@ class Attention(nn.Module):
         projected: torch.Tensor = self.o_proj(out.transpose(1, 2).reshape(b, l, self.q_size))
         return projected
 
-    def forward(self, hidden: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
-        """Prefill ``[b, l, H]``; writes positions ``0..l-1`` of ``cache`` when given."""
+    def new_cache(
+        self, batch: int, capacity: int, device: torch.device, dtype: torch.dtype
+    ) -> KVCache:
+        """Zero keys and values for ``capacity`` positions."""
+        shape = (batch, self.kv_heads, capacity, self.head_dim)
+        return KVCache(
+            torch.zeros(shape, device=device, dtype=dtype),
+            torch.zeros(shape, device=device, dtype=dtype),
+        )
+
+    def forward(
+        self,
+        hidden: torch.Tensor,
+        cache: KVCache | None = None,
+        lengths: torch.Tensor | None = None,
+        positions: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Prefill ``[b, l, H]``; writes positions ``0..l-1`` of ``cache`` when given. No need of
+        ``lengths``: attention is causal, real tokens never see padding. Decode: :meth:`step`."""
+        if positions is not None:
+            assert cache is not None, "decoding needs the cache"
+            return self.step(hidden, cache, positions)
         q, k, v = self._qkv(hidden)
         if cache is not None:
             cache.k[:, :, : k.shape[2]] = k
@@ -225,16 +309,27 @@ class Attention(nn.Module):
         return self._attend(q, cache.k, cache.v, visible[:, None, None, :])
 
 
-class MLP(nn.Module):
-    """Non-gated ``down_proj(relu2(up_proj(x)))``."""
+class MLP(Mixer[None]):
+    """Non-gated ``down_proj(relu2(up_proj(x)))``; also MoE's shared experts."""
 
     def __init__(self, hidden_size: int, width: int, bias: bool) -> None:
         super().__init__()
         self.up_proj = nn.Linear(hidden_size, width, bias=bias)
         self.down_proj = nn.Linear(width, hidden_size, bias=bias)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        out: torch.Tensor = self.down_proj(relu2(self.up_proj(x)))
+    @classmethod
+    def from_config(cls, config: NemotronHConfig, layer: int) -> Self:
+        """Widths may differ per layer (``mlp_width``)."""
+        return cls(config.hidden_size, config.mlp_width(layer), config.mlp_bias)
+
+    def forward(
+        self,
+        hidden: torch.Tensor,
+        cache: None = None,
+        lengths: torch.Tensor | None = None,
+        positions: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        out: torch.Tensor = self.down_proj(relu2(self.up_proj(hidden)))
         return out
 
 
@@ -288,7 +383,7 @@ class Experts(nn.Module):
         return out
 
 
-class MoE(nn.Module):
+class MoE(Mixer[None]):
     """Routed experts (optionally in a latent space: ``fc1_latent_proj`` before,
     ``fc2_latent_proj`` after) plus dense shared experts on the layer's input."""
 
@@ -314,18 +409,34 @@ class MoE(nn.Module):
             else None
         )
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        tokens = x.reshape(-1, x.shape[-1])
+    def forward(
+        self,
+        hidden: torch.Tensor,
+        cache: None = None,
+        lengths: torch.Tensor | None = None,
+        positions: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """``hidden [b, l, H]``, each token routed on its own."""
+        tokens = hidden.reshape(-1, hidden.shape[-1])
         weights, ids = self.gate(tokens)
         routed_in = self.fc1_latent_proj(tokens) if self.fc1_latent_proj is not None else tokens
-        routed = self.experts(routed_in, weights, ids).to(x.dtype)
+        routed = self.experts(routed_in, weights, ids).to(hidden.dtype)
         if self.fc2_latent_proj is not None:
             routed = self.fc2_latent_proj(routed)
         if self.shared_experts is not None:
             routed = routed + self.shared_experts(tokens)
-        out: torch.Tensor = routed.reshape(x.shape)
+        out: torch.Tensor = routed.reshape(hidden.shape)
         return out
 
+
+#: The mixer of each layer kind (``config.layer_kinds``: pattern letters ``M * - E``), as
+#: transformers' ``MIXER_TYPES`` and vLLM's ``ALL_DECODER_LAYER_TYPES``.
+MIXERS: dict[str, type[Mixer[Any]]] = {
+    "mamba": Mamba2Mixer,
+    "attention": Attention,
+    "mlp": MLP,
+    "moe": MoE,
+}
 
 # ---------------------------------------------------------------------------------------------
 # The model
@@ -338,15 +449,19 @@ class Block(nn.Module):
         super().__init__()
         self.kind = config.layer_kinds[layer]
         self.norm = RMSNorm(config.hidden_size, config.layer_norm_epsilon)
-        self.mixer: nn.Module
-        if self.kind == "mamba":
-            self.mixer = Mamba2Mixer(config)
-        elif self.kind == "attention":
-            self.mixer = Attention(config)
-        elif self.kind == "mlp":
-            self.mixer = MLP(config.hidden_size, config.mlp_width(layer), config.mlp_bias)
-        else:
-            self.mixer = MoE(config)
+        self.mixer = MIXERS[self.kind].from_config(config, layer)
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        cache: LayerCache | None = None,
+        lengths: torch.Tensor | None = None,
+        positions: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """``x [b, l, H]``; ``cache``, ``lengths``, ``positions`` go to the mixer (see
+        :class:`Mixer`)."""
+        out: torch.Tensor = x + self.mixer(self.norm(x), cache, lengths, positions)
+        return out
 
 
 class NemotronHModel(nn.Module):
@@ -355,6 +470,11 @@ class NemotronHModel(nn.Module):
         self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
         self.layers = nn.ModuleList(Block(config, i) for i in range(config.num_hidden_layers))
         self.norm_f = RMSNorm(config.hidden_size, config.layer_norm_epsilon)
+
+    @property
+    def blocks(self) -> list[Block]:
+        """``layers``, typed (``nn.ModuleList`` yields plain modules)."""
+        return [cast(Block, layer) for layer in self.layers]
 
 
 class NemotronHForCausalLM(nn.Module):
@@ -392,37 +512,11 @@ class NemotronHForCausalLM(nn.Module):
         dtype: torch.dtype | None = None,
     ) -> InferenceCache:
         """Empty caches for ``batch`` sequences of up to ``capacity`` tokens."""
-        c = self.config
         weight = self.lm_head.weight
         device, dtype = device or weight.device, dtype or weight.dtype
-        layers: list[MambaCache | KVCache | None] = []
-        for kind in c.layer_kinds:
-            if kind == "mamba":
-                layers.append(
-                    MambaCache(
-                        conv=torch.zeros(
-                            batch, c.mamba_conv_dim, c.conv_kernel - 1, device=device, dtype=dtype
-                        ),
-                        ssm=torch.zeros(
-                            batch,
-                            c.mamba_num_heads,
-                            c.mamba_head_dim,
-                            c.ssm_state_size,
-                            device=device,
-                            dtype=torch.float32,
-                        ),
-                    )
-                )
-            elif kind == "attention":
-                shape = (batch, c.num_key_value_heads, capacity, c.attention_head_dim)
-                layers.append(
-                    KVCache(
-                        torch.zeros(shape, device=device, dtype=dtype),
-                        torch.zeros(shape, device=device, dtype=dtype),
-                    )
-                )
-            else:
-                layers.append(None)
+        layers = [
+            block.mixer.new_cache(batch, capacity, device, dtype) for block in self.model.blocks
+        ]
         lengths = torch.zeros(batch, dtype=torch.int64, device=device)
         return InferenceCache(layers=layers, lengths=lengths, capacity=capacity)
 
@@ -460,26 +554,10 @@ class NemotronHForCausalLM(nn.Module):
                 raise ValueError(f"cache: full at capacity {cache.capacity}")
         elif cache is not None and l > cache.capacity:
             raise ValueError(f"cache: capacity {cache.capacity} is smaller than the prompt ({l})")
-        for i, block in enumerate(self.model.layers):
-            assert isinstance(block, Block)
-            layer_cache = cache.layers[i] if cache is not None else None
-            mixer, h = block.mixer, block.norm(x)
-            if isinstance(mixer, Mamba2Mixer):
-                assert layer_cache is None or isinstance(layer_cache, MambaCache)
-                h = (
-                    mixer.step(h, layer_cache)
-                    if decoding and layer_cache
-                    else mixer(h, layer_cache, lengths)
-                )
-            elif isinstance(mixer, Attention):
-                assert layer_cache is None or isinstance(layer_cache, KVCache)
-                if decoding and layer_cache is not None and cache is not None:
-                    h = mixer.step(h, layer_cache, cache.lengths)
-                else:
-                    h = mixer(h, layer_cache)
-            else:
-                h = mixer(h)
-            x = x + h
+        # Decoding, each sequence's new token goes at its own position: the tokens it has seen.
+        positions = cache.lengths if decoding and cache is not None else None
+        for i, block in enumerate(self.model.blocks):
+            x = block(x, cache.layers[i] if cache is not None else None, lengths, positions)
         if cache is not None:
             if decoding:
                 cache.lengths = cache.lengths + 1

@@ -1,5 +1,5 @@
-"""Presets: the published model shapes, each size with its source (or marked assumed), and
-tiny variants made by the minimal-layer builder.
+"""Presets: the published model shapes, each size with its source (or marked assumed), and the
+CPU-sized configs tests and shells build on (this module owns every small size).
 
 - :func:`nemotron_nano_12b_v2_vl`: Nemotron Nano 12B v2 VL (``NemotronH_Nano_VL_V2``): static
   tiles, ``T = 1``, no audio.
@@ -7,14 +7,19 @@ tiny variants made by the minimal-layer builder.
   the Nemotron 3 Nano 30B-A3B language model, dynamic resolution, ``T = 2``, Parakeet audio.
 
 Every architecture name vLLM 0.33.0 registers for this class maps to one of these structures.
+
+- :func:`tiny_vl_config`: a published model shrunk to CPU size (real towers, every layer kind).
+- :func:`tiny_text_config`: a CPU-sized language model of any layer pattern.
+- :func:`tiny_radio_config`: a CPU-sized RADIO tower.
+- :func:`bench_text_config`: the language model the speed goals are measured at.
 """
 
 from __future__ import annotations
 
 from reference_impl.audio import AudioConfig
 from reference_impl.config import NemotronHConfig, VLConfig
-from reference_impl.dummy import minimal_vl_config
 from reference_impl.radio import RadioConfig
+from reference_impl.shrink import minimal_vl_config
 
 ARCHITECTURES = (
     "NemotronH_Nano_VL_V2",
@@ -23,7 +28,7 @@ ARCHITECTURES = (
     "NemotronH_Omni_Reasoning_V3",  # registered by vLLM 0.33.0 beyond the brief
 )
 
-BRIEF = "architecture brief (shared/design/architecture.md), from the Megatron-Bridge docs"
+BRIEF = "the published architecture (NVIDIA Megatron-Bridge docs for Nemotron Nano VL)"
 CARD = "public model card of Nemotron 3 Nano 30B-A3B (52 layers: 23 Mamba2, 23 MoE, 6 attention)"
 MILES = "miles docs (radixark.com) for Nemotron-3-Nano-30B-A3B"
 ASSUMED = "assumed: not in a source this project holds; verify against the checkpoint"
@@ -45,8 +50,8 @@ SOURCES: dict[str, dict[str, str]] = {
         "moe_shared_expert_intermediate_size=3712, routed_scaling_factor=2.5": MILES,
         "the order of the layer pattern": ASSUMED + " (6 attention layers spread evenly)",
         "hidden 2688, moe_intermediate 1856, mamba 64 x 64, head_dim 128, vocab 131072": ASSUMED,
-        "dynamic resolution, T=2, video_maintain_aspect_ratio=False": "vLLM test registry "
-        "(shared/design/vllm-test-infra.md)",
+        "dynamic resolution, T=2, video_maintain_aspect_ratio=False": "vLLM 0.33.0's test "
+        "model registry (tests/models/registry.py)",
         "Parakeet: 1024 wide, 24 layers, 128 mel bins, subsampling 8": ASSUMED
         + " (transformers' ParakeetEncoderConfig defaults, 128 mel)",
     },
@@ -135,7 +140,7 @@ def nemotron_3_nano_omni() -> VLConfig:
     )
 
 
-def tiny(config: VLConfig, vocab_size: int) -> VLConfig:
+def tiny_vl_config(config: VLConfig, vocab_size: int) -> VLConfig:
     """A CPU-sized variant with every layer kind, real towers, and the test tokenizer's
     vocabulary: 32 px tiles of 8 px patches (4 embedding rows per tile)."""
     text = {
@@ -183,3 +188,63 @@ def tiny(config: VLConfig, vocab_size: int) -> VLConfig:
     if config.dynamic_resolution:
         overrides["max_num_patches"] = 64
     return minimal_vl_config(config, overrides=overrides)
+
+
+def tiny_text_config(pattern: str = "M*-E", **fields: object) -> NemotronHConfig:
+    """A CPU-sized language model with the layers of ``pattern`` (every kind by default):
+    32 wide, 4 attention heads over 2 KV heads, 4 Mamba heads in 2 groups, 8 routed experts."""
+    sizes: dict[str, object] = {
+        "vocab_size": 97,
+        "hidden_size": 32,
+        "hybrid_override_pattern": pattern,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "head_dim": 8,
+        "mamba_num_heads": 4,
+        "mamba_head_dim": 8,
+        "n_groups": 2,
+        "ssm_state_size": 8,
+        "chunk_size": 8,
+        "intermediate_size": 48,
+        "n_routed_experts": 8,
+        "num_experts_per_tok": 2,
+        "moe_intermediate_size": 16,
+        "moe_shared_expert_intermediate_size": 24,
+        "n_group": 2,
+        "topk_group": 1,
+        "routed_scaling_factor": 1.5,
+    }
+    return NemotronHConfig(**{**sizes, **fields})  # type: ignore[arg-type]
+
+
+def tiny_radio_config(**fields: object) -> RadioConfig:
+    """A CPU-sized RADIO tower: 2 layers 32 wide, 8 px patches, 32 px images."""
+    sizes: dict[str, object] = {
+        "hidden_size": 32,
+        "num_layers": 2,
+        "num_heads": 4,
+        "mlp_size": 64,
+        "patch_size": 8,
+        "image_size": 32,
+        "cpe_max_size": 128,
+    }
+    return RadioConfig.from_model_name("vit_small_patch16_224", **{**sizes, **fields})
+
+
+def bench_text_config(pattern: str) -> NemotronHConfig:
+    """The language model the speed goals are measured at (``nox -s bench``): 256 wide, the
+    size the transformers figures they compare against were taken at."""
+    return NemotronHConfig(
+        vocab_size=1024,
+        hidden_size=256,
+        hybrid_override_pattern=pattern,
+        num_attention_heads=8,
+        num_key_value_heads=2,
+        head_dim=32,
+        mamba_num_heads=8,
+        mamba_head_dim=64,
+        n_groups=2,
+        ssm_state_size=64,
+        chunk_size=128,
+        intermediate_size=1024,
+    )

@@ -25,6 +25,7 @@ import torch
 from torch import nn
 
 from reference_impl.nemotron_h import NemotronHForCausalLM
+from reference_impl.radio import RadioVisionModel
 
 if TYPE_CHECKING:  # model.py builds on this module's neighbours; no import cycle at run time
     from reference_impl.model import NanoNemotronVLForConditionalGeneration
@@ -224,8 +225,6 @@ def load_vl_checkpoint(
     if text_only:
         return
     mm = model.multimodal
-    from reference_impl.radio import RadioVisionModel
-
     if not isinstance(mm.vision_model, RadioVisionModel):
         raise TypeError("load_vl_checkpoint: the model's vision tower is not RADIO")
     mm.vision_model.load_checkpoint(groups["vision"])

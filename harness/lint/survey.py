@@ -21,9 +21,11 @@ missed (internal errors, findings without a verdict, verdicts without a finding,
 from __future__ import annotations
 
 import argparse
+import datetime
 import importlib.metadata
 import importlib.util
 import json
+import os
 import shutil
 import statistics
 import subprocess
@@ -309,9 +311,6 @@ def main(argv: list[str] | None = None) -> int:
     if "vllm" not in trees:
         print("lint-survey: vLLM is not installed", file=sys.stderr)
         return 2
-    import datetime
-    import os
-
     data: dict[str, Any] = {
         "generated": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "cpus": os.cpu_count(),

@@ -21,15 +21,12 @@ import hashlib
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
 
 import torch
 
 from harness.checkpoint import ModelSpec
 from harness.requests import ProcessedRequest, Request, RequestResult
 from reference_impl.config import NemotronHConfig
-
-Modality = Literal["images", "videos", "audios"]
 
 #: How a check reaches its target, as the report shows it.
 REAL_MODEL = "real model"

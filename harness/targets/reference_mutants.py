@@ -1,7 +1,9 @@
 """Regression mutants of the reference implementation: ``--target reference-mutant:NAME``.
 
 Each puts one upstream bug class back into ``reference_impl`` (patched in the test process when
-the target loads) so the harness's own tests can prove that a suite catches it:
+the target loads) so the harness's own tests can prove that a suite catches it. A mutant makes
+its patches through the setter it is given: the target passes ``setattr``, a test passes
+``monkeypatch.setattr`` so that the patches are undone after it:
 
 - ``deepcopy-live-config``: the state helpers deep-copy the whole engine config (#38655);
 - ``processor-in-metadata``: ``supports_video`` builds a processor, reconfiguring the shared
@@ -23,21 +25,24 @@ from typing import Any
 from harness.targets.base import TargetLoadError
 from harness.targets.reference import ReferenceTarget
 
+#: Sets an attribute, as ``setattr(owner, name, value)`` does.
+AttributeSetter = Callable[[Any, str, Any], None]
 
-def _deepcopy_live_config() -> None:
-    from reference_impl import dummy
+
+def _deepcopy_live_config(patch: AttributeSetter) -> None:
+    from reference_impl import mamba_state
 
     def copying(engine_config: Any) -> Any:
         return copy.deepcopy(engine_config).model_config.hf_config.text_config
 
-    dummy.text_config_of = copying
+    patch(mamba_state, "text_config_of", copying)
 
 
 #: A long prompt template (its tokenisation takes long enough for threads to overlap).
 TEMPLATE = "Frame 1 sampled at 0.00 seconds: <image> describe the video. " * 100
 
 
-def _processor_in_metadata() -> None:
+def _processor_in_metadata(patch: AttributeSetter) -> None:
     from harness.targets.reference.target import ConfigMetadata
     from reference_impl import processor
 
@@ -54,40 +59,41 @@ def _processor_in_metadata() -> None:
         tokenizer(TEMPLATE, truncation=True, max_length=2)
         return built is not None and original(self)
 
-    ConfigMetadata.supports_video = building  # type: ignore[method-assign]
+    patch(ConfigMetadata, "supports_video", building)
 
 
-def _lora_wrapper_on_video_markers() -> None:
+def _lora_wrapper_on_video_markers(patch: AttributeSetter) -> None:
     from reference_impl import model
 
-    setattr(model, "base_embedding", lambda embed: embed)  # noqa: B010
+    patch(model, "base_embedding", lambda embed: embed)
 
 
-def _lora_metadata_drift() -> None:
+def _lora_metadata_drift(patch: AttributeSetter) -> None:
     from reference_impl.model import NanoNemotronVLForConditionalGeneration
 
-    NanoNemotronVLForConditionalGeneration.embedding_modules = {"embed_tokens": "input_embeddings"}
+    drifted = {"embed_tokens": "input_embeddings"}
+    patch(NanoNemotronVLForConditionalGeneration, "embedding_modules", drifted)
 
 
-def _contract_accepts_wrong_shape() -> None:
+def _contract_accepts_wrong_shape(patch: AttributeSetter) -> None:
     from reference_impl.inputs import ImagePixelInputs
 
-    ImagePixelInputs.validate = lambda self, tile_size=None: None  # type: ignore[method-assign]
+    patch(ImagePixelInputs, "validate", lambda self, tile_size=None: None)
 
 
-def _text_only_loads_tower_weights() -> None:
+def _text_only_loads_tower_weights(patch: AttributeSetter) -> None:
     from reference_impl import weights
 
-    weights.TOWER_PREFIXES = ()
+    patch(weights, "TOWER_PREFIXES", ())
 
 
-def _weights_kept_by_reference() -> None:
+def _weights_kept_by_reference(patch: AttributeSetter) -> None:
     from reference_impl import weights
 
-    weights.copy_streamed = lambda tensor: tensor
+    patch(weights, "copy_streamed", lambda tensor: tensor)
 
 
-REFERENCE_MUTANTS: dict[str, Callable[[], None]] = {
+REFERENCE_MUTANTS: dict[str, Callable[[AttributeSetter], None]] = {
     "deepcopy-live-config": _deepcopy_live_config,
     "processor-in-metadata": _processor_in_metadata,
     "lora-wrapper-on-video-markers": _lora_wrapper_on_video_markers,
@@ -118,6 +124,6 @@ class ReferenceMutantTarget(ReferenceTarget):
 
     def load(self) -> object:
         if not self._applied:
-            REFERENCE_MUTANTS[self.mutant]()
+            REFERENCE_MUTANTS[self.mutant](setattr)
             self._applied = True
         return None

@@ -19,7 +19,7 @@ pytestmark = pytest.mark.bench
 
 def run_once() -> list[int]:
     torch.manual_seed(0)
-    config = presets.tiny(presets.nemotron_3_nano_omni(), VOCAB_SIZE)
+    config = presets.tiny_vl_config(presets.nemotron_3_nano_omni(), VOCAB_SIZE)
     model = NanoNemotronVLForConditionalGeneration(config, shared_tokenizer()).eval()
     proc = NanoNemotronVLProcessor(config, shared_tokenizer())
     gen = torch.Generator().manual_seed(0)
@@ -49,7 +49,7 @@ def test_end_to_end_tiny_omni(benchmark):
 def build_and_forward(name: str) -> int:
     """A shrunk preset (the minimal-layer builder): construct it and run one forward pass."""
     torch.manual_seed(0)
-    config = presets.tiny(getattr(presets, name)(), VOCAB_SIZE)
+    config = presets.tiny_vl_config(getattr(presets, name)(), VOCAB_SIZE)
     model = NanoNemotronVLForConditionalGeneration(config, shared_tokenizer()).eval()
     proc = NanoNemotronVLProcessor(config, shared_tokenizer())
     prompt = proc("Describe <image>.", images=[torch.zeros(32, 48, 3, dtype=torch.uint8)])

@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from harness.oracles import reference_from, transformers_nemotron_h
-from reference_impl.config import NemotronHConfig
+from reference_impl import presets
 from reference_impl.ssd import ssd_chunked, ssd_sequential
 
 pytestmark = pytest.mark.bench
@@ -21,28 +21,10 @@ ROUNDS = 5
 DECODE_STEPS = 32
 
 
-def bench_config(pattern: str) -> NemotronHConfig:
-    """The size the issue's transformers figures were measured at: hidden 256."""
-    return NemotronHConfig(
-        vocab_size=1024,
-        hidden_size=256,
-        hybrid_override_pattern=pattern,
-        num_attention_heads=8,
-        num_key_value_heads=2,
-        head_dim=32,
-        mamba_num_heads=8,
-        mamba_head_dim=64,
-        n_groups=2,
-        ssm_state_size=64,
-        chunk_size=128,
-        intermediate_size=1024,
-    )
-
-
 @pytest.fixture(scope="module", params=["M*M-"])
 def models(request):
     torch.set_num_threads(2)
-    config = bench_config(request.param)
+    config = presets.bench_text_config(request.param)
     hf = transformers_nemotron_h(config, seed=0, scale=0.05)
     return config, hf, reference_from(hf, config)
 
@@ -103,7 +85,7 @@ def test_decode_after_256(benchmark, models, impl):
 @pytest.mark.parametrize("length", [1024, 4096])
 def test_prefill_all_mamba(benchmark, length):
     torch.set_num_threads(2)
-    config = bench_config("MMMM")
+    config = presets.bench_text_config("MMMM")
     ours = reference_from(transformers_nemotron_h(config, seed=0, scale=0.05), config)
     ids = tokens(config, length)
     benchmark.group = "prefill scaling, all-Mamba"
@@ -115,7 +97,7 @@ def test_prefill_all_mamba(benchmark, length):
 @pytest.mark.parametrize("context", [256, 4096])
 def test_decode_all_mamba(benchmark, context):
     torch.set_num_threads(2)
-    config = bench_config("MMMM")
+    config = presets.bench_text_config("MMMM")
     ours = reference_from(transformers_nemotron_h(config, seed=0, scale=0.05), config)
     ids = tokens(config, context)
     step = torch.tensor([[7]])

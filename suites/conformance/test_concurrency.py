@@ -12,18 +12,15 @@ from __future__ import annotations
 
 import functools
 import gc
-import threading
-from collections.abc import Callable
-from dataclasses import dataclass
 
 import pytest
 
 from harness.checkpoint import ModelSpec
 from reference_impl.tokenizer import build_tokenizer
+from suites.stress import THREADS, run_in_threads
 
 pytestmark = pytest.mark.concern("metadata")
 
-THREADS = 32
 CALLS_PER_THREAD = 64  # 2,048 calls
 
 
@@ -42,58 +39,6 @@ def test_configs_made_and_freed_in_a_loop(target):
         assert answers(metadata) == expected[i % 2], f"round {i}: a stale answer"
         del metadata
         gc.collect()
-
-
-@dataclass
-class ThreadedRun:
-    calls: int
-    errors: list[str]
-    wrong: int  # results that differ from the single-threaded ones
-
-    def problems(self) -> list[str]:
-        found = []
-        if self.errors:
-            found.append(f"{len(self.errors)} calls raised, e.g. {self.errors[:3]}")
-        if self.wrong:
-            found.append(f"{self.wrong} results differ from the single-threaded ones")
-        return found
-
-    def check(self) -> None:
-        problems = self.problems()
-        assert problems == [], "; ".join(problems)
-
-
-def run_in_threads(work: list[Callable[[], object]], calls_per_thread: int) -> ThreadedRun:
-    """Run ``work`` round-robin in :data:`THREADS` threads started together, comparing every
-    result with the single-threaded one."""
-    expected = [call() for call in work]
-    errors: list[str] = []
-    wrong = [0]
-    done = [0]
-    lock = threading.Lock()
-    barrier = threading.Barrier(THREADS)
-
-    def worker(offset: int) -> None:
-        barrier.wait()
-        for i in range(calls_per_thread):
-            k = (offset + i) % len(work)
-            try:
-                result = work[k]()
-            except Exception as e:  # every failure is collected and reported
-                with lock:
-                    errors.append(f"{type(e).__name__}: {e}")
-                continue
-            with lock:
-                done[0] += 1
-                if result != expected[k]:
-                    wrong[0] += 1
-
-    threads = [threading.Thread(target=worker, args=(t,)) for t in range(THREADS)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return ThreadedRun(done[0], errors, wrong[0])
 
 
 @pytest.mark.self_consistency("results under 32 threads against the same calls made one at a time")

@@ -25,7 +25,7 @@ PRESETS = ("nemotron_nano_12b_v2_vl", "nemotron_3_nano_omni")
 
 
 def shrunk(name: str):
-    return presets.tiny(getattr(presets, name)(), VOCAB_SIZE)
+    return presets.tiny_vl_config(getattr(presets, name)(), VOCAB_SIZE)
 
 
 @pytest.mark.concern("state")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness import inputs
+from harness import model_kwargs
 from harness.targets.base import LORA_ATTRIBUTES
 
 pytestmark = pytest.mark.concern("lora-metadata")
@@ -35,7 +35,7 @@ def test_lora_metadata_equals_the_language_models(target, attribute):
 @pytest.mark.parametrize("temporal", [1, 2])
 def test_video_marker_tokens_use_the_base_embedding(make_model, temporal):
     model = make_model(video_temporal_patch_size=temporal)
-    group = inputs.video_pixels(model.spec, [3, 2])
+    group = model_kwargs.video_pixels(model.spec, [3, 2])
     expected = model.embed_multimodal(**group.kwargs)
     with model.raising_lora_embedding():
         out = model.embed_multimodal(**group.kwargs)

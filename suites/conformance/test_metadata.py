@@ -1,4 +1,4 @@
-"""The processing metadata an engine asks before or between requests (issue 10, item 3).
+"""The processing metadata an engine asks before or between requests.
 
 Asked of the target's real processing info for the checkpoint folder (vLLM: the processor its
 registry makes), with one shared fast tokenizer. Every entry point must answer without

@@ -1,4 +1,4 @@
-"""Whole-model parity through the request path: the target against the reference (issue 10).
+"""Whole-model parity through the request path: the target against the reference.
 
 For every catalogued request form, the target's processor and the reference's give the same
 prompt token ids and placeholder positions, and the target's embeddings equal the reference's on

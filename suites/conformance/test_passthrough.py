@@ -12,7 +12,7 @@ import dataclasses
 import pytest
 import torch
 
-from harness import inputs
+from harness import model_kwargs
 from harness.assertions import assert_same_tensors, raises_clear_error
 
 pytestmark = pytest.mark.concern("model")
@@ -24,7 +24,7 @@ EMBED_KEYS = ("image_embeds", "video_embeds")
 @pytest.mark.parametrize("form", ["stacked", "list"])
 @pytest.mark.parametrize("num_items", [1, 2, 5])
 def test_embeddings_pass_through_verbatim(model, key, form, num_items):
-    group = inputs.embeddings(model.spec, key, [3] * num_items, stacked=form == "stacked")
+    group = model_kwargs.embeddings(model.spec, key, [3] * num_items, stacked=form == "stacked")
     out = model.embed_multimodal(**group.kwargs)
     assert_same_tensors(out, group.expected, key)
     assert model.calls.vision == [], "the vision encoder ran for precomputed embeddings"
@@ -35,7 +35,7 @@ def test_embeddings_pass_through_verbatim(model, key, form, num_items):
 def test_ragged_embedding_lists_pass_through(model, key):
     """Items with different row counts (images of different sizes, videos of different lengths)
     can only come as a list; each must pass through verbatim."""
-    group = inputs.embeddings(model.spec, key, [3, 5, 1], stacked=False, seed=1)
+    group = model_kwargs.embeddings(model.spec, key, [3, 5, 1], stacked=False, seed=1)
     out = model.embed_multimodal(**group.kwargs)
     assert_same_tensors(out, group.expected, key)
     assert model.calls.vision == []
@@ -43,7 +43,7 @@ def test_ragged_embedding_lists_pass_through(model, key):
 
 @pytest.mark.parametrize("key", EMBED_KEYS)
 def test_embeddings_keep_their_dtype(model, key):
-    group = inputs.embeddings(model.spec, key, [4, 4], stacked=True, dtype=torch.bfloat16)
+    group = model_kwargs.embeddings(model.spec, key, [4, 4], stacked=True, dtype=torch.bfloat16)
     out = model.embed_multimodal(**group.kwargs)
     assert_same_tensors(out, group.expected, key)
 
@@ -62,10 +62,10 @@ def test_the_upstream_reproducer(model):
 )
 def test_image_and_video_embeddings_together_keep_key_order(model, order):
     groups = [
-        inputs.embeddings(model.spec, key, [2 + i] * (2 + i), stacked=i == 0, seed=i)
+        model_kwargs.embeddings(model.spec, key, [2 + i] * (2 + i), stacked=i == 0, seed=i)
         for i, key in enumerate(order)
     ]
-    out = model.embed_multimodal(**inputs.combine(groups))
+    out = model.embed_multimodal(**model_kwargs.combine(groups))
     assert_same_tensors(out, groups[0].expected + groups[1].expected, " + ".join(order))
     assert model.calls.vision == []
 
@@ -75,13 +75,13 @@ def test_embeddings_mixed_with_encoded_modalities(model, key):
     """Embeddings of one modality next to pixels / audio of others: the embeddings still come
     back verbatim, and only the other inputs reach the encoders."""
     spec = model.spec
-    embeds = inputs.embeddings(spec, key, [5, 5], stacked=True, seed=3)
+    embeds = model_kwargs.embeddings(spec, key, [5, 5], stacked=True, seed=3)
     if key == "image_embeds":
-        encoded = inputs.video_pixels(spec, [2])
+        encoded = model_kwargs.video_pixels(spec, [2])
     else:
-        encoded = inputs.image_pixels(spec, [1, 2])
-    audio = inputs.audio_features(spec, [1, 2])
-    out = model.embed_multimodal(**inputs.combine([embeds, encoded, audio]))
+        encoded = model_kwargs.image_pixels(spec, [1, 2])
+    audio = model_kwargs.audio_features(spec, [1, 2])
+    out = model.embed_multimodal(**model_kwargs.combine([embeds, encoded, audio]))
     assert len(out) == embeds.num_items + encoded.num_items + audio.num_items
     assert_same_tensors(out[: embeds.num_items], embeds.expected, key)
     # One vision call for the other modality (T = 1 frames go through as tiles), none for ours.
@@ -93,7 +93,7 @@ def test_embeddings_mixed_with_encoded_modalities(model, key):
 def test_none_values_are_ignored(model, key):
     """A key whose value is None means "not provided", alone or next to real inputs."""
     other = "video_embeds" if key == "image_embeds" else "image_embeds"
-    group = inputs.embeddings(model.spec, other, [3, 3], stacked=True)
+    group = model_kwargs.embeddings(model.spec, other, [3, 3], stacked=True)
     out = model.embed_multimodal(**{key: None}, **group.kwargs)
     assert_same_tensors(out, group.expected, other)
     assert model.embed_multimodal(**{key: None}) == ()
@@ -103,7 +103,7 @@ def test_none_values_are_ignored(model, key):
 def test_row_count_mismatch_rejected_at_the_boundary(model, key):
     """Beyond upstream: when the prompt's placeholder counts are known, embeddings with another
     row count are rejected where they enter, naming the input, not later in the merge."""
-    group = inputs.embeddings(model.spec, key, [4, 4], stacked=True)
+    group = model_kwargs.embeddings(model.spec, key, [4, 4], stacked=True)
     with raises_clear_error(key):
         model.embed_multimodal_with_counts([4, 5], **group.kwargs)
 
@@ -115,7 +115,7 @@ def test_hidden_size_mismatch_rejected(model, key, form):
     must be rejected where they enter, naming the input."""
     spec = model.spec
     wrong = dataclasses.replace(spec, hidden_size=spec.hidden_size + 1)
-    group = inputs.embeddings(wrong, key, [3, 3], stacked=form == "stacked")
+    group = model_kwargs.embeddings(wrong, key, [3, 3], stacked=form == "stacked")
     with raises_clear_error(key):
         model.embed_multimodal(**group.kwargs)
 

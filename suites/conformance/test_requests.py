@@ -1,4 +1,4 @@
-"""Requests through the target's engine: processor, batching, the real model (issue 10).
+"""Requests through the target's engine: processor, batching, the real model.
 
 A request (:mod:`harness.requests`) is what a user sends: prompt text and media or precomputed
 embeddings. The target runs it as its engine does (vLLM: the registry's processor and data parser,
@@ -40,7 +40,7 @@ from harness.requests import (
     pil_image,
 )
 from reference_impl.tokenizer import build_tokenizer, shared_tokenizer
-from suites.conformance.test_concurrency import THREADS, run_in_threads
+from suites.stress import THREADS, run_in_threads
 
 pytestmark = pytest.mark.concern("requests")
 

@@ -13,7 +13,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from harness import inputs, strategies
+from harness import model_kwargs, strategies
 from harness.assertions import (
     assert_clear_error,
     assert_close_tensors,
@@ -35,15 +35,15 @@ KIND_OF_FORM = {
 
 def one_group(spec, form, seed=0):
     if form in ("image_embeds", "video_embeds"):
-        return inputs.embeddings(spec, form, [3, 3], stacked=True, seed=seed)
+        return model_kwargs.embeddings(spec, form, [3, 3], stacked=True, seed=seed)
     if form == "pixel_values_flat":
-        return inputs.image_pixels(spec, [2, 1], seed=seed)
+        return model_kwargs.image_pixels(spec, [2, 1], seed=seed)
     if form == "pixel_values_flat_video":
-        return inputs.video_pixels(spec, [2, 3], seed=seed)
-    return inputs.audio_features(spec, [1, 2], seed=seed)
+        return model_kwargs.video_pixels(spec, [2, 3], seed=seed)
+    return model_kwargs.audio_features(spec, [1, 2], seed=seed)
 
 
-@pytest.mark.parametrize("form", inputs.FORMS)
+@pytest.mark.parametrize("form", model_kwargs.FORMS)
 def test_each_form_reaches_its_modality(model, form):
     group = one_group(model.spec, form)
     parsed = model.parse(**group.kwargs)
@@ -60,7 +60,7 @@ def test_each_form_reaches_its_modality(model, form):
 
 def test_image_tiles_give_their_placeholder_rows(model):
     """Static tiles: each image gives ``tiles * tokens_per_tile`` rows of the hidden size."""
-    group = inputs.image_pixels(model.spec, [1, 3, 2])
+    group = model_kwargs.image_pixels(model.spec, [1, 3, 2])
     out = model.embed_multimodal(**group.kwargs)
     expected = [(n * model.spec.tokens_per_tile, model.spec.hidden_size) for n in (1, 3, 2)]
     assert [tuple(o.shape) for o in out] == expected
@@ -70,7 +70,7 @@ def test_videos_fill_their_whole_replacement(model):
     """Each video's embedding covers every placeholder of its replacement: separator text,
     ``<img>``/``</img>`` and the context tokens, as the processor tokenises them."""
     frames = [2, 3]
-    group = inputs.video_pixels(model.spec, frames)
+    group = model_kwargs.video_pixels(model.spec, frames)
     out = model.embed_multimodal(**group.kwargs)
     tokenizer = shared_tokenizer()
     for i, n in enumerate(frames):
@@ -99,7 +99,7 @@ def encoder_frames(feature_frames: int, kernel: int, stride: int, factor: int) -
 def test_audio_gives_valid_frames_only(model):
     """Audio: each item concatenates its clips' valid (unpadded) encoder frames, as many as the
     encoder's strided convolutions leave of each clip's valid feature frames."""
-    group = inputs.audio_features(model.spec, [2, 1], frames=40)
+    group = model_kwargs.audio_features(model.spec, [2, 1], frames=40)
     mask = group.kwargs["feature_attention_mask"]
     sound = model.spec.vl_config().sound_config
     conv = (sound.subsampling_conv_kernel_size, sound.subsampling_conv_stride)
@@ -121,16 +121,16 @@ def test_output_order_follows_first_key(model, order):
     equal what each modality gives on its own."""
     groups = [one_group(model.spec, form, seed=i) for i, form in enumerate(order)]
     alone = [list(model.embed_multimodal(**g.kwargs)) for g in groups]
-    together = model.embed_multimodal(**inputs.combine(groups))
+    together = model.embed_multimodal(**model_kwargs.combine(groups))
     assert_close_tensors(together, [t for outs in alone for t in outs], "-".join(order))
-    parsed = model.parse(**inputs.combine(groups))
-    assert list(parsed) == inputs.expected_modality_order(groups)
+    parsed = model.parse(**model_kwargs.combine(groups))
+    assert list(parsed) == model_kwargs.expected_modality_order(groups)
 
 
 def test_audio_position_set_by_any_audio_key(model):
     """``audio_num_clips`` or ``feature_attention_mask`` first also places audio first."""
-    audio = inputs.audio_features(model.spec, [1])
-    images = inputs.embeddings(model.spec, "image_embeds", [2], stacked=True)
+    audio = model_kwargs.audio_features(model.spec, [1])
+    images = model_kwargs.embeddings(model.spec, "image_embeds", [2], stacked=True)
     kwargs = {"audio_num_clips": audio.kwargs["audio_num_clips"], **images.kwargs}
     kwargs.update(audio.kwargs)
     assert list(model.parse(**kwargs)) == ["audios", "images"]
@@ -140,8 +140,8 @@ def test_audio_position_set_by_any_audio_key(model):
 def test_unrelated_kwargs_are_ignored(model):
     """The model receives other arguments too; they change nothing."""
     groups = [one_group(model.spec, "video_embeds"), one_group(model.spec, "pixel_values_flat")]
-    plain = model.embed_multimodal(**inputs.combine(groups))
-    noisy = dict(strategies.UNRELATED_KWARGS, **inputs.combine(groups))
+    plain = model.embed_multimodal(**model_kwargs.combine(groups))
+    noisy = dict(strategies.UNRELATED_KWARGS, **model_kwargs.combine(groups))
     noisy["input_ids"] = torch.arange(7)
     noisy["positions"] = torch.arange(7)
     assert_close_tensors(model.embed_multimodal(**noisy), plain, "with unrelated kwargs")
@@ -157,7 +157,7 @@ def test_both_forms_of_one_modality_are_not_silently_dropped(model, modality):
     else:
         groups = [one_group(spec, "video_embeds"), one_group(spec, "pixel_values_flat_video")]
     try:
-        out = model.embed_multimodal(**inputs.combine(groups))
+        out = model.embed_multimodal(**model_kwargs.combine(groups))
     except Exception as exc:
         assert_clear_error(exc, [g.form for g in groups])
         return

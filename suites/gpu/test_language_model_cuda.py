@@ -12,11 +12,11 @@ import pytest
 import torch
 
 from reference_impl.nemotron_h import NemotronHForCausalLM
-from suites.reference.lm_configs import tiny
+from reference_impl.presets import tiny_text_config
 
 pytestmark = pytest.mark.gpu
 
-CONFIG = tiny("M*-EM*", hidden_size=64, mamba_num_heads=8, chunk_size=16)
+CONFIG = tiny_text_config("M*-EM*", hidden_size=64, mamba_num_heads=8, chunk_size=16)
 
 
 @pytest.fixture(scope="module")

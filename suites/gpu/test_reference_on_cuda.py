@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness import inputs
+from harness import model_kwargs
 from harness.assertions import assert_same_tensors
 from harness.checkpoint import ModelSpec
 from harness.targets.reference import ReferenceTarget
@@ -15,7 +15,7 @@ pytestmark = pytest.mark.gpu
 
 def test_embeddings_pass_through_on_cuda(device):
     model = ReferenceTarget().model(ModelSpec(), device)
-    group = inputs.embeddings(model.spec, "video_embeds", [4, 4, 4], stacked=True)
+    group = model_kwargs.embeddings(model.spec, "video_embeds", [4, 4, 4], stacked=True)
     out = model.embed_multimodal(**group.kwargs)
     assert all(o.device.type == "cuda" for o in out)
     assert_same_tensors(out, group.expected, "video_embeds")
@@ -24,11 +24,11 @@ def test_embeddings_pass_through_on_cuda(device):
 def test_encoded_modalities_match_cpu(device):
     spec = ModelSpec()
     groups = [
-        inputs.image_pixels(spec, [2, 1]),
-        inputs.video_pixels(spec, [3]),
-        inputs.audio_features(spec, [2]),
+        model_kwargs.image_pixels(spec, [2, 1]),
+        model_kwargs.video_pixels(spec, [3]),
+        model_kwargs.audio_features(spec, [2]),
     ]
-    kwargs = inputs.combine(groups)
+    kwargs = model_kwargs.combine(groups)
     target = ReferenceTarget()
     on_cuda = target.model(spec, device).embed_multimodal(**kwargs)
     on_cpu = target.model(spec, torch.device("cpu")).embed_multimodal(**kwargs)

@@ -1,8 +1,8 @@
-"""The benchmark report computes each target from best-of-rounds times, flags a missed one."""
+"""The benchmark report computes each speed goal from best-of-rounds times, flags a missed one."""
 
 from __future__ import annotations
 
-from harness.bench_report import TARGETS, main, render
+from harness.bench_report import SPEED_GOALS, main, render
 
 NAMES = {
     "test_prefill[M*M--reference-1024]": 0.050,
@@ -28,14 +28,14 @@ def data(**changes):
     return {"benchmarks": [{"name": n, "stats": {"median": v, "min": v}} for n, v in times.items()]}
 
 
-def test_all_targets_met():
+def test_all_speed_goals_met():
     text, ok = render(data())
     assert ok
-    assert text.count("| yes |") == len(TARGETS)
+    assert text.count("| yes |") == len(SPEED_GOALS)
     assert "| scan at L=2048: sequential / chunked | >= 5 | 6.000 | yes |" in text
 
 
-def test_a_missed_target_is_reported_and_fails():
+def test_a_missed_speed_goal_is_reported_and_fails():
     text, ok = render(data(**{"test_prefill[M*M--reference-1024]": 0.060}))
     assert not ok
     assert "| prefill 1,024 tokens: reference / transformers | <= 1.05 | 1.200 | **no** |" in text

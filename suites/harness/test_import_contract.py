@@ -126,3 +126,17 @@ def test_the_contract_sees_a_cycle_and_a_wrong_direction(tmp_path, monkeypatch):
         test_no_import_cycles()
     with pytest.raises(AssertionError, match=r"reference_impl\.b imports harness"):
         test_dependencies_point_one_way("reference_impl", ("harness", "suites"))
+
+
+@pytest.mark.parametrize("package", ["harness", "reference_impl"])
+def test_each_package_docstring_names_every_module(package):
+    """A newcomer's map stays whole: the package docstring names each of its modules."""
+    doc = ast.get_docstring(ast.parse((ROOT / package / "__init__.py").read_text())) or ""
+    children = sorted(
+        path.stem if path.is_file() else path.name
+        for path in (ROOT / package).iterdir()
+        if (path.suffix == ".py" and path.stem != "__init__")
+        or (path.is_dir() and (path / "__init__.py").is_file())
+    )
+    missing = [name for name in children if f"``{name}``" not in doc]
+    assert missing == []

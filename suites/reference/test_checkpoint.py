@@ -28,7 +28,7 @@ from reference_impl.weights import WeightLoadError, load_vl_checkpoint
 def small(name: str = "nemotron_3_nano_omni", **changes):
     """A tiny preset whose RADIO is a real model-name size (a checkpoint names RADIO's size by
     its model name), shrunk to 1 layer only in the model built from it."""
-    config = presets.tiny(getattr(presets, name)(), VOCAB_SIZE)
+    config = presets.tiny_vl_config(getattr(presets, name)(), VOCAB_SIZE)
     vision = RadioConfig.from_model_name(
         "vit_small_patch16_224",
         image_size=32,
@@ -71,7 +71,7 @@ def test_config_json_names_a_bad_field():
 
 
 def test_a_tower_not_of_its_model_names_size_has_no_checkpoint_form():
-    config = presets.tiny(presets.nemotron_3_nano_omni(), VOCAB_SIZE)  # a 32-wide RADIO
+    config = presets.tiny_vl_config(presets.nemotron_3_nano_omni(), VOCAB_SIZE)  # a 32-wide RADIO
     with pytest.raises(ConfigError, match="vision_config"):
         vl_config_to_hf_dict(config)
 

@@ -8,16 +8,17 @@ the shared-state race shows as wrong (truncated) results rather than ``Already b
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 
 import pytest
 
+from harness.targets.reference.target import ConfigMetadata
+from harness.targets.reference_mutants import REFERENCE_MUTANTS
 from reference_impl import presets, processor
 from reference_impl.tokenizer import VOCAB_SIZE, build_tokenizer
+from suites.stress import THREADS, ThreadedRun, run_in_threads
 
-CONFIG = presets.tiny(presets.nemotron_3_nano_omni(), VOCAB_SIZE)
-THREADS = 32
+CONFIG = presets.tiny_vl_config(presets.nemotron_3_nano_omni(), VOCAB_SIZE)
 CALLS_PER_THREAD = 70  # 32 x 70 = 2,240 calls
 LONG_TEXT = "Describe the video in detail, frame by frame, " * 12
 
@@ -41,43 +42,16 @@ def config_only_metadata() -> tuple[bool, bool, bool]:
     )
 
 
-def stress(tokenizer, metadata) -> tuple[list[BaseException], int, int]:
+def stress(tokenizer, metadata: Callable[[], tuple[bool, bool, bool]]) -> ThreadedRun:
     """Run the workload on 32 threads against single-threaded expectations."""
-    work = calls(tokenizer, metadata)
-    expected = [f() for f in work]
-    errors: list[BaseException] = []
-    mismatches = [0]
-    done = [0]
-    lock = threading.Lock()
-    start = threading.Barrier(THREADS)
-
-    def worker(offset: int) -> None:
-        start.wait()
-        for i in range(CALLS_PER_THREAD):
-            k = (offset + i) % len(work)
-            try:
-                result = work[k]()
-            except BaseException as e:  # collected: the test reports every failure
-                with lock:
-                    errors.append(e)
-                continue
-            with lock:
-                done[0] += 1
-                mismatches[0] += result != expected[k]
-
-    threads = [threading.Thread(target=worker, args=(t,)) for t in range(THREADS)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return errors, mismatches[0], done[0]
+    return run_in_threads(calls(tokenizer, metadata), CALLS_PER_THREAD)
 
 
 def test_shared_tokenizer_under_32_threads():
-    errors, mismatches, done = stress(build_tokenizer(), config_only_metadata)
-    assert errors == []
-    assert mismatches == 0
-    assert done == THREADS * CALLS_PER_THREAD >= 2000
+    run = stress(build_tokenizer(), config_only_metadata)
+    assert run.errors == []
+    assert run.wrong == 0
+    assert run.calls == THREADS * CALLS_PER_THREAD >= 2000
 
 
 def test_metadata_never_builds_a_processor(monkeypatch):
@@ -88,23 +62,21 @@ def test_metadata_never_builds_a_processor(monkeypatch):
     assert config_only_metadata() == (True, True, True)
 
 
-def test_the_pre_fix_metadata_path_fails_the_same_check():
-    """Mutant: ``supports_video`` builds a processor, which reconfigures the shared tokenizer
-    (truncation on, then off). Concurrent encodes then see the truncation: the check fails."""
+def test_the_pre_fix_metadata_path_fails_the_same_check(monkeypatch):
+    """Mutant ``processor-in-metadata``: ``supports_video`` builds a processor, which reconfigures
+    the shared tokenizer (truncation on). Concurrent encodes then see the truncation: the check
+    fails."""
     tokenizer = build_tokenizer()
+    REFERENCE_MUTANTS["processor-in-metadata"](monkeypatch.setattr)
+    metadata = ConfigMetadata(CONFIG, tokenizer)
 
     def building_metadata() -> tuple[bool, bool, bool]:
-        processor.NanoNemotronVLProcessor(CONFIG, tokenizer)
-        tokenizer.backend_tokenizer.enable_truncation(16)
-        try:
-            return config_only_metadata()
-        finally:
-            tokenizer.backend_tokenizer.no_truncation()
+        return metadata.supports_video(), metadata.supports_audio(), metadata.is_dynamic_tiler()
 
     failures = 0
     for _ in range(3):  # a race: give it a few chances, it needs only one
-        errors, mismatches, _ = stress(tokenizer, building_metadata)
-        failures += len(errors) + mismatches
+        run = stress(tokenizer, building_metadata)
+        failures += len(run.errors) + run.wrong
         if failures:
             break
     if failures == 0:

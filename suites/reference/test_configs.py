@@ -12,17 +12,15 @@ from torch import nn
 
 from reference_impl import presets
 from reference_impl.config import NemotronHConfig, VLConfig
-from reference_impl.dummy import (
+from reference_impl.errors import ConfigError
+from reference_impl.mamba_state import (
     mamba_state_dtype_from_config,
     mamba_state_dtypes,
     mamba_state_shape_from_config,
     mamba_state_shapes,
-    minimal_pattern,
-    minimal_text_config,
-    minimal_vl_config,
 )
-from reference_impl.errors import ConfigError
-from suites.reference.lm_configs import tiny
+from reference_impl.presets import tiny_text_config
+from reference_impl.shrink import minimal_pattern, minimal_text_config, minimal_vl_config
 
 
 def config_12b(**fields):
@@ -31,7 +29,7 @@ def config_12b(**fields):
 
 
 def test_round_trip_checkpoint_form():
-    config = tiny("M*-E", intermediate_size=[40])
+    config = tiny_text_config("M*-E", intermediate_size=[40])
     data = config.to_hf_dict()
     assert data["hybrid_override_pattern"] == "M*-E"
     assert data["num_hidden_layers"] == 4
@@ -39,20 +37,20 @@ def test_round_trip_checkpoint_form():
 
 
 def test_reads_constructor_aliases():
-    data = tiny().to_hf_dict()
+    data = tiny_text_config().to_hf_dict()
     for alias, name in (
         ("mamba_n_groups", "n_groups"),
         ("mamba_d_conv", "conv_kernel"),
         ("mamba_chunk_size", "chunk_size"),
     ):
         data[alias] = data.pop(name)
-    assert NemotronHConfig.from_hf_dict(data) == tiny()
+    assert NemotronHConfig.from_hf_dict(data) == tiny_text_config()
 
 
 def test_reads_the_transformers_form():
     from transformers.models.nemotron_h import NemotronHConfig as HFConfig
 
-    config = tiny("M*-E")
+    config = tiny_text_config("M*-E")
     hf_dict = HFConfig(**config.to_transformers_dict()).to_dict()
     assert "hybrid_override_pattern" not in hf_dict
     assert hf_dict["layers_block_type"] == ["linear_attention", "full_attention", "mlp", "moe"]
@@ -75,17 +73,17 @@ def test_reads_the_transformers_form():
 )
 def test_validation_names_the_field(change, field):
     with pytest.raises(ConfigError, match=f"'{field}'"):
-        tiny("M*-E", **change)
+        tiny_text_config("M*-E", **change)
 
 
 def test_pattern_length_must_match_num_hidden_layers():
-    data = tiny("M*").to_hf_dict() | {"num_hidden_layers": 3}
+    data = tiny_text_config("M*").to_hf_dict() | {"num_hidden_layers": 3}
     with pytest.raises(ConfigError, match=r"num_hidden_layers.*expected the pattern's length 2"):
         NemotronHConfig.from_hf_dict(data)
 
 
 def test_both_pattern_forms_must_agree():
-    data = tiny("M*").to_hf_dict() | {"layers_block_type": ["mamba", "mlp"]}
+    data = tiny_text_config("M*").to_hf_dict() | {"layers_block_type": ["mamba", "mlp"]}
     with pytest.raises(ConfigError, match="as layers_block_type says"):
         NemotronHConfig.from_hf_dict(data)
 
@@ -108,7 +106,9 @@ def test_minimal_text_config_shrinks_and_keeps_kinds():
 
 
 def test_minimal_text_config_shrinks_moe():
-    big = tiny("MEE*", n_routed_experts=16, n_group=4, topk_group=2, num_experts_per_tok=4)
+    big = tiny_text_config(
+        "MEE*", n_routed_experts=16, n_group=4, topk_group=2, num_experts_per_tok=4
+    )
     small = minimal_text_config(big)
     assert small.n_routed_experts == 8  # 2 per group
     assert small.num_experts_per_tok == 2
@@ -116,7 +116,7 @@ def test_minimal_text_config_shrinks_moe():
 
 
 def test_per_layer_widths_follow_the_kept_layers():
-    big = tiny("-M-*-", intermediate_size=[8, 16, 24])
+    big = tiny_text_config("-M-*-", intermediate_size=[8, 16, 24])
     small = minimal_text_config(big)
     assert small.hybrid_override_pattern == "-M*"
     assert small.intermediate_size == (8,)
@@ -146,7 +146,7 @@ def test_inconsistent_overrides_are_rejected(overrides, message):
 
 
 def vl_config():
-    text = tiny("MM*-E")
+    text = tiny_text_config("MM*-E")
     return VLConfig(
         hidden_size=text.hidden_size,
         vocab_size=text.vocab_size,

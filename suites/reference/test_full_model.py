@@ -27,7 +27,7 @@ def build(name: str, **config_changes):
     key = name + repr(sorted(config_changes.items()))
     if key not in _MODELS:
         big = getattr(presets, name)()
-        config = dataclasses.replace(presets.tiny(big, VOCAB_SIZE), **config_changes)
+        config = dataclasses.replace(presets.tiny_vl_config(big, VOCAB_SIZE), **config_changes)
         torch.manual_seed(0)
         model = NanoNemotronVLForConditionalGeneration(config, shared_tokenizer()).eval()
         _MODELS[key] = (model, NanoNemotronVLProcessor(config, shared_tokenizer()))
@@ -71,7 +71,7 @@ def test_presets_have_the_published_structure():
 @pytest.mark.parametrize("name", ["nemotron_nano_12b_v2_vl", "nemotron_3_nano_omni"])
 def test_tiny_presets_keep_every_kind_and_shrink_the_towers(name):
     big = getattr(presets, name)()
-    tiny = presets.tiny(big, VOCAB_SIZE)
+    tiny = presets.tiny_vl_config(big, VOCAB_SIZE)
     assert set(tiny.text_config.hybrid_override_pattern) == set(
         big.text_config.hybrid_override_pattern
     )
@@ -179,7 +179,7 @@ def _with_temporal(name, temporal):
                 big.vision_config, video_temporal_patch_size=temporal
             ),
         )
-        config = presets.tiny(big, VOCAB_SIZE)
+        config = presets.tiny_vl_config(big, VOCAB_SIZE)
         torch.manual_seed(0)
         _MODELS[key] = (
             NanoNemotronVLForConditionalGeneration(config, shared_tokenizer()).eval(),
@@ -218,7 +218,7 @@ def test_unknown_checkpoint_names_are_listed():
 
 
 def test_vision_final_layernorm_with_mtp_layers():
-    base = presets.tiny(presets.nemotron_3_nano_omni(), VOCAB_SIZE)
+    base = presets.tiny_vl_config(presets.nemotron_3_nano_omni(), VOCAB_SIZE)
     assert Connector(base).vision_final_layernorm is None
     mtp = dataclasses.replace(
         base, text_config=dataclasses.replace(base.text_config, num_nextn_predict_layers=1)
@@ -244,7 +244,7 @@ class TestConnectorParityWithVllm:
         """vLLM's RMSNorm / ReLU^2 layers: tolerance 1e-5 in fp32 (measured ~1e-7)."""
         from harness.vllm_layers import mlp1
 
-        config = presets.tiny(presets.nemotron_3_nano_omni(), VOCAB_SIZE)
+        config = presets.tiny_vl_config(presets.nemotron_3_nano_omni(), VOCAB_SIZE)
         torch.manual_seed(0)
         ours = Connector(config).eval()
         with torch.no_grad():

@@ -6,16 +6,16 @@ import pytest
 import torch
 
 from harness.oracles import reference_from, transformers_nemotron_h
-from suites.reference.lm_configs import tiny
+from reference_impl.presets import tiny_text_config
 
 PATTERNS = {
-    "all-kinds": tiny("M*-E"),
-    "mamba-heavy": tiny("MM*MM-"),
-    "moe-groups": tiny("EM*E", n_group=4, topk_group=2, num_experts_per_tok=3),
-    "latent-moe": tiny("ME*", moe_latent_size=12),
-    "tied": tiny("M-*", tie_word_embeddings=True),
-    "one-group-mamba": tiny("M*M", n_groups=1, chunk_size=5),
-    "biases": tiny("M*-E", use_bias=True, mlp_bias=True, use_conv_bias=False),
+    "all-kinds": tiny_text_config("M*-E"),
+    "mamba-heavy": tiny_text_config("MM*MM-"),
+    "moe-groups": tiny_text_config("EM*E", n_group=4, topk_group=2, num_experts_per_tok=3),
+    "latent-moe": tiny_text_config("ME*", moe_latent_size=12),
+    "tied": tiny_text_config("M-*", tie_word_embeddings=True),
+    "one-group-mamba": tiny_text_config("M*M", n_groups=1, chunk_size=5),
+    "biases": tiny_text_config("M*-E", use_bias=True, mlp_bias=True, use_conv_bias=False),
 }
 
 
@@ -104,8 +104,10 @@ def test_dt_clamp_is_a_documented_difference():
 
 
 def test_per_layer_mlp_widths():
-    config = tiny("-M-*-", intermediate_size=[8, 16, 24])
-    model = reference_from(transformers_nemotron_h(tiny("-M-*-"), seed=0), tiny("-M-*-"))
+    config = tiny_text_config("-M-*-", intermediate_size=[8, 16, 24])
+    model = reference_from(
+        transformers_nemotron_h(tiny_text_config("-M-*-"), seed=0), tiny_text_config("-M-*-")
+    )
     del model
     from reference_impl.nemotron_h import NemotronHForCausalLM
 
@@ -120,14 +122,14 @@ def test_per_layer_mlp_widths():
 def test_tied_head_is_the_embedding():
     from reference_impl.nemotron_h import NemotronHForCausalLM
 
-    model = NemotronHForCausalLM(tiny("M*", tie_word_embeddings=True))
+    model = NemotronHForCausalLM(tiny_text_config("M*", tie_word_embeddings=True))
     assert model.lm_head.weight is model.model.embed_tokens.weight
 
 
 def test_bad_calls_name_the_problem():
     from reference_impl.nemotron_h import NemotronHForCausalLM
 
-    model = NemotronHForCausalLM(tiny("M*"))
+    model = NemotronHForCausalLM(tiny_text_config("M*"))
     ids = torch.zeros(1, 4, dtype=torch.int64)
     with pytest.raises(ValueError, match="exactly one of input_ids or inputs_embeds"):
         model()

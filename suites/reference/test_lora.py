@@ -9,6 +9,7 @@ import dataclasses
 import pytest
 import torch
 
+from harness.targets.reference_mutants import REFERENCE_MUTANTS
 from reference_impl import presets
 from reference_impl.lora import (
     LoRAAdapter,
@@ -19,9 +20,9 @@ from reference_impl.lora import (
 )
 from reference_impl.model import NanoNemotronVLForConditionalGeneration
 from reference_impl.nemotron_h import NemotronHForCausalLM
+from reference_impl.presets import tiny_text_config
 from reference_impl.processor import NanoNemotronVLProcessor, Video
 from reference_impl.tokenizer import VOCAB_SIZE, shared_tokenizer
-from suites.reference.lm_configs import tiny
 
 TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "in_proj", "out_proj", "up_proj", "down_proj")
 
@@ -63,7 +64,7 @@ def random_adapter(
 @pytest.fixture
 def lm():
     torch.manual_seed(0)
-    return NemotronHForCausalLM(tiny("M*-E")).eval()
+    return NemotronHForCausalLM(tiny_text_config("M*-E")).eval()
 
 
 def test_lora_forward_equals_merged_weights(lm):
@@ -151,7 +152,7 @@ def test_metadata_of_the_vl_class_equals_the_lms():
 
 
 def vl_with_lora(max_num_batched_tokens: int):
-    config = presets.tiny(presets.nemotron_nano_12b_v2_vl(), VOCAB_SIZE)
+    config = presets.tiny_vl_config(presets.nemotron_nano_12b_v2_vl(), VOCAB_SIZE)
     torch.manual_seed(0)
     model = NanoNemotronVLForConditionalGeneration(config, shared_tokenizer()).eval()
     lora = apply_lora(
@@ -187,23 +188,21 @@ def test_video_marker_tokens_use_the_base_layer_beyond_the_mapping_length():
 
 
 def test_the_upstream_bug_fails_the_same_request(monkeypatch):
-    """Mutant: the video marker tokens go through the LoRA wrapper (pre-#56231). With a mapping
-    sized to the prompt, the per-video token ids are read against the mapping and the request
-    fails."""
-    from reference_impl import model as model_module
-
+    """Mutant ``lora-wrapper-on-video-markers``: the video marker tokens go through the LoRA
+    wrapper (pre-#56231). With a mapping sized to the prompt, the per-video token ids are read
+    against the mapping and the request fails."""
     video = Video(torch.zeros(4, 32, 32, 3, dtype=torch.uint8))
     probe = vl_with_lora(4096)[2]
     tokens = len(probe("<video>?", videos=[video]).input_ids)
     model, _lora, proc = vl_with_lora(tokens // 4)  # fewer entries than the video's markers
     prompt = proc("<video>?", videos=[video])
-    monkeypatch.setattr(model_module, "base_embedding", lambda embed: embed)
+    REFERENCE_MUTANTS["lora-wrapper-on-video-markers"](monkeypatch.setattr)
     with pytest.raises(LoRAError, match="but the mapping holds"):
         model.multimodal.embed_multimodal(**prompt.mm_kwargs)
 
 
 def test_embedding_adapter_with_video_warns():
-    model = NemotronHForCausalLM(tiny("M*"))
+    model = NemotronHForCausalLM(tiny_text_config("M*"))
     with pytest.warns(UserWarning, match="do not receive its embedding delta"):
         warn_video_tokens_without_delta(random_adapter(model, "emb", 2, 0))
     plain = random_adapter(model, "no-emb", 2, 0, embeddings=False)

@@ -14,8 +14,8 @@ from reference_impl.processor import NanoNemotronVLProcessor, Video
 from reference_impl.tokenizer import VOCAB_SIZE, shared_tokenizer
 from suites.harness.helpers import needs_vllm
 
-STATIC = presets.tiny(presets.nemotron_nano_12b_v2_vl(), VOCAB_SIZE)
-OMNI = presets.tiny(presets.nemotron_3_nano_omni(), VOCAB_SIZE)
+STATIC = presets.tiny_vl_config(presets.nemotron_nano_12b_v2_vl(), VOCAB_SIZE)
+OMNI = presets.tiny_vl_config(presets.nemotron_3_nano_omni(), VOCAB_SIZE)
 
 
 def image(h, w, seed=0):

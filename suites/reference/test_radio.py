@@ -6,11 +6,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness import inputs
+from harness import model_kwargs
 from harness.checkpoint import ModelSpec
 from reference_impl.config import VLConfig
 from reference_impl.errors import ConfigError
 from reference_impl.model import NanoNemotronVLModel
+from reference_impl.presets import tiny_radio_config
 from reference_impl.radio import RADIO_SIZES, RadioConfig, RadioVisionModel
 from reference_impl.tokenizer import VOCAB_SIZE, shared_tokenizer
 from suites.harness.helpers import needs_vllm
@@ -78,23 +79,10 @@ class TestParityWithVllm:
         assert (actual - expected).abs().max() <= 1e-5
 
 
-def tiny(**fields):
-    base = dict(
-        hidden_size=32,
-        num_layers=2,
-        num_heads=4,
-        mlp_size=64,
-        patch_size=8,
-        image_size=32,
-        cpe_max_size=128,
-    )
-    return RadioConfig.from_model_name("vit_small_patch16_224", **{**base, **fields})
-
-
 def test_packed_images_equal_separate_images():
     """The block-diagonal mask keeps images apart: packed == one at a time."""
     torch.manual_seed(0)
-    model = RadioVisionModel(tiny(register_multiple=4)).eval()
+    model = RadioVisionModel(tiny_radio_config(register_multiple=4)).eval()
     gen = torch.Generator().manual_seed(3)
     images = [torch.randn(3, 16, 24, generator=gen), torch.randn(3, 32, 8, generator=gen)]
     with torch.no_grad():
@@ -107,7 +95,7 @@ def test_packed_images_equal_separate_images():
 
 def test_video_pads_by_repeating_the_last_frame():
     torch.manual_seed(0)
-    model = RadioVisionModel(tiny(video_temporal_patch_size=2)).eval()
+    model = RadioVisionModel(tiny_radio_config(video_temporal_patch_size=2)).eval()
     frames = torch.randn(3, 3, 16, 16)
     with torch.no_grad():
         padded = model.forward_video(torch.cat([frames, frames[-1:]]), 2)
@@ -120,8 +108,8 @@ def test_size_table_and_errors():
     with pytest.raises(ConfigError, match=r"vision_config\.args\.model"):
         RadioConfig.from_model_name("vit_giant")
     with pytest.raises(ConfigError, match="num_heads"):
-        tiny(num_heads=5)
-    model = RadioVisionModel(tiny())
+        tiny_radio_config(num_heads=5)
+    model = RadioVisionModel(tiny_radio_config())
     with pytest.raises(ConfigError, match=r"multiples of patch_size=8"):
         model.forward_tiles(torch.zeros(1, 3, 20, 16))
     with pytest.raises(ConfigError, match=r"a \[n, 3, H, W\] tensor"):
@@ -130,19 +118,19 @@ def test_size_table_and_errors():
 
 def test_checkpoint_loading_skips_unused_and_names_problems():
     torch.manual_seed(0)
-    source = RadioVisionModel(tiny())
+    source = RadioVisionModel(tiny_radio_config())
     weights = checkpoint(source)
     weights["vision_model.radio_model.summary_idxs"] = torch.tensor([0])
     weights["vision_model.radio_model.input_conditioner.norm_mean"] = torch.zeros(3)
     weights["vision_model.radio_model.model.blocks.0.ls1"] = torch.ones(32)
-    target = RadioVisionModel(tiny())
+    target = RadioVisionModel(tiny_radio_config())
     target.load_checkpoint(weights)
     for (name, a), b in zip(source.state_dict().items(), target.state_dict().values(), strict=True):
         assert torch.equal(a, b), name
     del weights["vision_model.radio_model.model.blocks.1.mlp.fc1.weight"]
     weights["vision_model.radio_model.model.blocks.9.norm1.weight"] = torch.ones(32)
     with pytest.raises(ConfigError, match=r"missing \['blocks.1.mlp.fc1.weight'\].*blocks.9"):
-        RadioVisionModel(tiny()).load_checkpoint(weights)
+        RadioVisionModel(tiny_radio_config()).load_checkpoint(weights)
 
 
 @pytest.mark.parametrize("temporal", [1, 2])
@@ -150,7 +138,7 @@ def test_radio_as_the_wrappers_vision_tower(temporal):
     """The wrapper with the real tower: every image and video gives its placeholder rows."""
     spec = ModelSpec(image_size=32, video_temporal_patch_size=temporal, audio=False)
     torch.manual_seed(0)
-    tower = RadioVisionModel(tiny(video_temporal_patch_size=temporal)).eval()
+    tower = RadioVisionModel(tiny_radio_config(video_temporal_patch_size=temporal)).eval()
     model = NanoNemotronVLModel(
         VLConfig(
             hidden_size=spec.hidden_size,
@@ -165,10 +153,10 @@ def test_radio_as_the_wrappers_vision_tower(temporal):
         embed_tokens=torch.nn.Embedding(VOCAB_SIZE, spec.hidden_size),
         tokenizer=shared_tokenizer(),
     ).eval()
-    images = inputs.image_pixels(spec, [1, 3])
-    videos = inputs.video_pixels(spec, [3])
+    images = model_kwargs.image_pixels(spec, [1, 3])
+    videos = model_kwargs.video_pixels(spec, [3])
     with torch.no_grad():
-        out = model.embed_multimodal(**inputs.combine([images, videos]))
+        out = model.embed_multimodal(**model_kwargs.combine([images, videos]))
     assert [o.shape[0] for o in out[:2]] == [1 * 4, 3 * 4]  # 4 rows per 32 px tile
     groups = -(-3 // temporal)
     sep_and_tags = out[2].shape[0] - groups * 4

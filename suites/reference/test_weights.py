@@ -7,10 +7,10 @@ import torch
 
 from harness.oracles import transformers_nemotron_h
 from reference_impl.nemotron_h import NemotronHForCausalLM
+from reference_impl.presets import tiny_text_config
 from reference_impl.weights import WeightLoadError, load_safetensors, load_state_dict
-from suites.reference.lm_configs import tiny
 
-CONFIG = tiny("M*-E")
+CONFIG = tiny_text_config("M*-E")
 
 
 def checkpoint_state_dict():
@@ -71,7 +71,7 @@ def test_failed_load_changes_nothing():
 
 
 def test_tied_head_must_equal_the_embeddings():
-    config = tiny("M*", tie_word_embeddings=True)
+    config = tiny_text_config("M*", tie_word_embeddings=True)
     state = dict(NemotronHForCausalLM(config).state_dict())
     load_state_dict(NemotronHForCausalLM(config), state)  # equal: fine
     state["lm_head.weight"] = state["lm_head.weight"] + 1

@@ -39,13 +39,9 @@ from harness.targets.base import (
 from harness.targets.reference.model import ReferenceModel
 from harness.weight_streams import recording_reads
 from reference_impl import processor
+from reference_impl.audio import audio_token_count
 from reference_impl.checkpoint import checkpoint_state_dict, load_folder
 from reference_impl.config import NemotronHConfig, VLConfig
-from reference_impl.dummy import (
-    mamba_state_dtype_from_config,
-    mamba_state_shape_from_config,
-    minimal_vl_config,
-)
 from reference_impl.inputs import (
     AudioFeatureInputs,
     ImageEmbeddingInputs,
@@ -54,9 +50,11 @@ from reference_impl.inputs import (
     VideoPixelInputs,
     int_list,
 )
+from reference_impl.mamba_state import mamba_state_dtype_from_config, mamba_state_shape_from_config
 from reference_impl.model import NanoNemotronVLForConditionalGeneration
 from reference_impl.nemotron_h import MLP as MLPMixer
 from reference_impl.nemotron_h import Attention, Mamba2Mixer, MoE, NemotronHForCausalLM
+from reference_impl.shrink import minimal_vl_config
 from reference_impl.tokenizer import shared_tokenizer
 from reference_impl.weights import TOWER_PREFIXES, load_vl_checkpoint
 
@@ -336,8 +334,6 @@ class ReferenceTarget(Target):
         )
 
     def processor_counts(self) -> ProcessorCounts:
-        from reference_impl.audio import audio_token_count
-
         config = ModelSpec().vl_config()
         audio = config.sound_config
         assert audio is not None, "the default checkpoint has audio"

@@ -69,24 +69,26 @@ def load_model_files(paths: Sequence[Path]) -> types.ModuleType:
     replacements.
     """
     import_vllm_module("vllm")
-    targets: dict[str, Path] = {}
+    replaced_modules: dict[str, Path] = {}  # module name -> the file that replaces it
     for path in paths:
         if not path.is_file():
             raise TargetLoadError(f"vllm-file: {path}: no such file")
         name = module_name_for(path)
-        if name in targets:
-            raise TargetLoadError(f"vllm-file: {path} and {targets[name]} both replace {name}")
-        targets[name] = path
-    if MODEL_MODULE not in targets:
+        if name in replaced_modules:
+            raise TargetLoadError(
+                f"vllm-file: {path} and {replaced_modules[name]} both replace {name}"
+            )
+        replaced_modules[name] = path
+    if MODEL_MODULE not in replaced_modules:
         installed = importlib.util.find_spec(MODEL_MODULE)
         if installed is None or installed.origin is None:
             raise TargetUnavailable(f"{MODEL_MODULE} is not in the installed vLLM")
-        targets[MODEL_MODULE] = Path(installed.origin)
+        replaced_modules[MODEL_MODULE] = Path(installed.origin)
 
-    saved = {name: sys.modules.get(name) for name in targets}
+    saved = {name: sys.modules.get(name) for name in replaced_modules}
     try:
-        for name in sorted(targets, key=_load_order):
-            _exec_in_place(name, targets[name])
+        for name in sorted(replaced_modules, key=_load_order):
+            _exec_in_place(name, replaced_modules[name])
     except BaseException:
         for name, module in saved.items():
             if module is None:

@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from typing import Any
 from unittest import mock
 
+from harness import environment
 from harness.targets.base import TargetUnavailable
 
 _RUNTIME: dict[str, Any] = {}
@@ -25,9 +26,7 @@ _RUNTIME: dict[str, Any] = {}
 
 def prepare_cpu_environment() -> None:
     """Environment vLLM needs on a CPU-only host; must run before the first ``import vllm``."""
-    os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    environment.apply(environment.CPU)
 
 
 def vllm_version() -> str | None:

@@ -11,6 +11,7 @@ vLLM's registry makes for the folder, its processor factory counting constructio
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import threading
 import time
@@ -149,8 +150,6 @@ class VllmTarget(Target):
         return self._module
 
     def identity(self) -> TargetIdentity:
-        import importlib.util
-
         version = vllm_version()
         if version is None:
             return TargetIdentity(name=self.name, version="not installed")
@@ -487,8 +486,6 @@ class VllmFileTarget(VllmTarget):
         return self._module
 
     def typing_shadows(self) -> list[tuple[Path, Path]]:
-        import importlib.util
-
         found = importlib.util.find_spec("vllm")
         if found is None or found.origin is None:
             raise TargetUnavailable("vLLM is not installed")

@@ -99,22 +99,6 @@ def image_pixels(spec: ModelSpec, tiles_per_image: Sequence[int], seed: int = 0)
     return InputGroup("pixel_values_flat", kwargs, len(tiles_per_image))
 
 
-def image_pixels_dynamic(
-    spec: ModelSpec, sizes: Sequence[tuple[int, int]], seed: int = 0
-) -> InputGroup:
-    """Dynamic resolution: one ``[3, H_i, W_i]`` tensor per image, sizes and token counts."""
-    g = _generator(seed)
-    images = [torch.randn(3, h, w, generator=g) for h, w in sizes]
-    p = spec.patch_size
-    tokens = [(h // p) * (w // p) // 4 for h, w in sizes]
-    kwargs: dict[str, object] = {
-        "pixel_values_flat": images,
-        "imgs_sizes": [tuple(s) for s in sizes],
-        "num_tokens_per_image": tokens,
-    }
-    return InputGroup("pixel_values_flat", kwargs, len(sizes))
-
-
 def video_pixels(
     spec: ModelSpec, frames_per_video: Sequence[int], *, fps: float = 2.0, seed: int = 0
 ) -> InputGroup:
