@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import ast
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from harness.lint.inference import top_level  # module-level statements, into if / try blocks
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("reference_impl", "harness", "suites")
@@ -40,21 +42,6 @@ def imported(node: ast.Import | ast.ImportFrom) -> Iterator[str]:
         yield from ours or [node.module]
 
 
-def module_scope(body: Sequence[ast.stmt]) -> Iterator[ast.Import | ast.ImportFrom]:
-    """Imports run when the module loads, including those under ``if TYPE_CHECKING:``."""
-    for node in body:
-        if isinstance(node, (ast.Import, ast.ImportFrom)):
-            yield node
-        elif isinstance(node, ast.If):
-            yield from module_scope(node.body)
-            yield from module_scope(node.orelse)
-        elif isinstance(node, ast.Try):
-            yield from module_scope(node.body)
-            for handler in node.handlers:
-                yield from module_scope(handler.body)
-            yield from module_scope(node.orelse)
-
-
 def graph(everywhere: bool) -> dict[str, set[str]]:
     edges: dict[str, set[str]] = {}
     for name, path in MODULES.items():
@@ -62,7 +49,7 @@ def graph(everywhere: bool) -> dict[str, set[str]]:
         nodes = (
             [n for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))]
             if everywhere
-            else list(module_scope(tree.body))
+            else [n for n in top_level(tree.body) if isinstance(n, (ast.Import, ast.ImportFrom))]
         )
         edges[name] = {
             target
