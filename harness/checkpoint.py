@@ -54,6 +54,7 @@ AUTO_CONFIG = f"{CONFIG_MODULE.stem}.NanoNemotronVLConfig"
 DEFAULT_MAX_NUM_TILES = 12
 _CHANGED_FIELD_SLUGS = (
     ("max_num_tiles", "tiles"),
+    ("video_pruning_rate", "evs"),
     ("hidden_size", "d"),
     ("image_size", "px"),
     ("projector_hidden_size", "proj"),
@@ -81,6 +82,10 @@ class ModelSpec:
     # A serving option, not a checkpoint field: the engine-level limit of static tiles per
     # image (vLLM's processor option `max_num_tiles`, default 12), see `processor_options`.
     max_num_tiles: int = DEFAULT_MAX_NUM_TILES
+    # A serving option too: EVS, the fraction of each video's tokens the model drops (vLLM's
+    # `--video-pruning-rate`). Left unchecked here on purpose: the target must refuse a rate
+    # outside [0, 1) itself, and the checks send some.
+    video_pruning_rate: float = 0.0
 
     # Sizes shared by every variant.
     hidden_size: int = 64
@@ -153,6 +158,12 @@ class ModelSpec:
         if self.max_num_tiles == DEFAULT_MAX_NUM_TILES:
             return {}
         return {"max_num_tiles": self.max_num_tiles}
+
+    @property
+    def checkpoint(self) -> ModelSpec:
+        """The spec of the checkpoint folder this variant serves: its serving options that no
+        file holds (the pruning rate) back at their defaults, so the variants share a folder."""
+        return dataclasses.replace(self, video_pruning_rate=0.0)
 
     def vl_config(self) -> VLConfig:
         """The reference config this checkpoint is written from."""
@@ -430,6 +441,7 @@ def write_new_folders_under(root: Path) -> None:
 def checkpoint_folder(spec: ModelSpec, seed: int = 0) -> Path:
     """The folder of ``spec``, written once per process into a temporary root removed at exit,
     or once per run into the folder :data:`SHARED_FOLDERS_ENV` names."""
+    spec = spec.checkpoint
     with _FOLDERS_LOCK:
         key = (spec, seed)
         if key not in _FOLDERS:
@@ -452,6 +464,7 @@ _WEIGHTS: dict[tuple[ModelSpec, int], dict[str, torch.Tensor]] = {}
 def checkpoint_weights(spec: ModelSpec, seed: int = 0) -> dict[str, torch.Tensor]:
     """The tensors of ``spec``'s folder by checkpoint name, read once per process: each call
     gives a new dict (change it freely), the tensors are shared (never change them in place)."""
+    spec = spec.checkpoint
     with _FOLDERS_LOCK:
         key = (spec, seed)
         if key not in _WEIGHTS:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import io
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -30,6 +31,20 @@ RequestModality = Literal["image", "video", "audio"]
 #: The prompt placeholder of one item of each modality.
 PLACEHOLDER = {"image": "<image>", "video": "<video>", "audio": "<so_embedding>"}
 AUDIO_SAMPLE_RATE = 16000
+#: The engine setting that caps an audio track's decoded length (vLLM's, whole seconds); the
+#: reference target honours it too.
+AUDIO_DECODE_CAP_ENV = "VLLM_MAX_AUDIO_DECODE_DURATION_S"
+#: Its value when unset (vLLM's default).
+DEFAULT_AUDIO_DECODE_CAP_S = 600
+
+
+def audio_decode_cap_s() -> int:
+    """The audio decode cap in force (:data:`AUDIO_DECODE_CAP_ENV`), in seconds."""
+    value = os.environ.get(AUDIO_DECODE_CAP_ENV, str(DEFAULT_AUDIO_DECODE_CAP_S))
+    try:
+        return int(value)
+    except ValueError:
+        raise ValueError(f"{AUDIO_DECODE_CAP_ENV}: expected whole seconds, got {value!r}") from None
 
 
 @dataclass(frozen=True)
@@ -62,6 +77,8 @@ class VideoFile(VideoClip):
     """
 
     data: bytes
+    #: the length of the file's audio track (None: the file has none)
+    audio_seconds: float | None = None
 
     def metadata(self) -> dict[str, object]:
         return {**super().metadata(), "original_video_bytes": self.data}
@@ -93,7 +110,18 @@ class Request:
         return {"image": self.images, "video": self.videos, "audio": self.audios}[modality]
 
     def num_items(self, modality: RequestModality) -> int:
+        """Items of ``modality`` the request carries."""
         return len(self.items(modality))
+
+    def expected_items(self, modality: RequestModality) -> int:
+        """Items of ``modality`` the engine must make of the request: those it carries, and with
+        :attr:`audio_in_video` an audio item for each video file with a track."""
+        count = self.num_items(modality)
+        if modality == "audio" and self.audio_in_video and self.audios == []:
+            count += sum(
+                isinstance(v, VideoFile) and v.audio_seconds is not None for v in self.videos
+            )
+        return count
 
     def embeddings(self, modality: RequestModality) -> list[torch.Tensor] | None:
         """The precomputed embeddings given for ``modality``, one ``[f, h]`` tensor per item, or
@@ -210,6 +238,17 @@ def video_clip(num_frames: int, height: int, width: int, seed: int, stride: int 
     return VideoClip(frames, 2.0, tuple(range(0, num_frames * stride, stride)))
 
 
+def video_of_scenes(scenes: str, height: int, width: int, seed: int) -> VideoClip:
+    """One frame per letter of ``scenes`` at 2 fps, each distinct letter one random image: a
+    repeated letter is a frame that did not change (what EVS prunes first)."""
+    rng = _rng(seed)
+    images = {
+        s: rng.integers(0, 256, (height, width, 3), dtype=np.uint8) for s in sorted(set(scenes))
+    }
+    frames = np.stack([images[s] for s in scenes])
+    return VideoClip(frames, 2.0, tuple(range(len(scenes))))
+
+
 def audio_clip(seconds: float, seed: int) -> np.ndarray:
     """Mono float32 noise at :data:`AUDIO_SAMPLE_RATE`."""
     samples = int(seconds * AUDIO_SAMPLE_RATE)
@@ -252,7 +291,7 @@ def video_file(
     data = buffer.getvalue()
     with av.open(io.BytesIO(data), "r") as container:
         decoded = [f.to_ndarray(format="rgb24") for f in container.decode(video=0)]
-    return VideoFile(np.stack(decoded), float(fps), tuple(range(len(decoded))), data)
+    return VideoFile(np.stack(decoded), float(fps), tuple(range(len(decoded))), data, audio_seconds)
 
 
 def video_file_with_audio(seconds: float, seed: int) -> VideoFile:
@@ -292,6 +331,12 @@ DYNAMIC = ModelSpec(dynamic_resolution=True)
 TEMPORAL_2 = ModelSpec(video_temporal_patch_size=2)
 HOP_128 = ModelSpec(audio_hop_length=128)
 DYNAMIC_SHORT = ModelSpec(dynamic_resolution=True, max_model_len=256)
+# EVS: rates and scenes chosen so that the kept tokens are whole groups, the cut never among
+# near-equal scores (a repeated frame scores 0, a new random one far above): bf16 targets keep
+# the same tokens as the fp32 reference.
+EVS_T1 = ModelSpec(video_pruning_rate=0.5)
+EVS_T2 = ModelSpec(video_temporal_patch_size=2, video_pruning_rate=0.25)
+EVS_NEAR_1 = ModelSpec(video_pruning_rate=0.95)
 MTP = ModelSpec(mtp=True)  # vision_final_layernorm before the pixel shuffle
 NO_CONV_BIAS = ModelSpec(audio_convolution_bias=False)  # Omni's Parakeet, biases in the file
 
@@ -372,6 +417,44 @@ def _mixed(spec: ModelSpec) -> Request:
     )
 
 
+def _video_evs(spec: ModelSpec) -> Request:
+    # 6 groups of 4 at rate 0.5: keep 12, the first frame, the first B and the first C.
+    return Request("Watch <video> closely.", videos=[video_of_scenes("ABBCCC", 64, 64, 30)])
+
+
+def _videos_evs_t2(spec: ModelSpec) -> Request:
+    # Tubelets AA BB BB CC at rate 0.25: keep 12 of 16, all but the repeated BB; DD: one
+    # tubelet, kept whole.
+    return Request(
+        "First <video>, then <video>.",
+        videos=[video_of_scenes("AABBBBCC", 64, 64, 31), video_of_scenes("DD", 64, 64, 32)],
+    )
+
+
+def _video_evs_near_1(spec: ModelSpec) -> Request:
+    # Rate 0.95 keeps max(4, floor(16 * 0.05)) = 4 tokens: the first frame's.
+    return Request("Watch <video>.", videos=[video_of_scenes("ABCD", 64, 64, 33)])
+
+
+def _video_evs_one_frame(spec: ModelSpec) -> Request:
+    return Request("Watch <video>.", videos=[video_of_scenes("A", 64, 64, 34)])
+
+
+def _video_audio_in_video(spec: ModelSpec) -> Request:
+    return Request(
+        "Watch <video> closely.", videos=[video_file_with_audio(2.0, 35)], audio_in_video=True
+    )
+
+
+def _videos_audio_in_video_one_silent(spec: ModelSpec) -> Request:
+    # The first file has a track, the second none: items video, audio, video.
+    return Request(
+        "First <video>, then <video>.",
+        videos=[video_file_with_audio(2.0, 36), video_file_without_audio(37)],
+        audio_in_video=True,
+    )
+
+
 REQUEST_FORMS: tuple[RequestForm, ...] = (
     RequestForm("images-pil", STATIC, _images_pil),
     RequestForm("images-array", STATIC, _images_array),
@@ -389,5 +472,11 @@ REQUEST_FORMS: tuple[RequestForm, ...] = (
     RequestForm("video-embeds-stacked-one", STATIC, _video_embeds_one),
     RequestForm("video-embeds-list", STATIC, _video_embeds_list),
     RequestForm("mixed", STATIC, _mixed),
+    RequestForm("video-evs-t1", EVS_T1, _video_evs),
+    RequestForm("videos-evs-t2", EVS_T2, _videos_evs_t2),
+    RequestForm("video-evs-near-1", EVS_NEAR_1, _video_evs_near_1),
+    RequestForm("video-evs-one-frame", EVS_T1, _video_evs_one_frame),
+    RequestForm("video-audio-in-video", STATIC, _video_audio_in_video),
+    RequestForm("videos-audio-in-video-one-silent", STATIC, _videos_audio_in_video_one_silent),
 )
 FORMS_BY_NAME = {form.name: form for form in REQUEST_FORMS}

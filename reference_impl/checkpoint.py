@@ -230,14 +230,16 @@ def load_folder(
     dtype: torch.dtype = torch.float32,
     text_only: bool = False,
     max_num_tiles: int | None = None,
+    video_pruning_rate: float = 0.0,
 ) -> NanoNemotronVLForConditionalGeneration:
     """The reference model of a checkpoint folder, its weights loaded (every name checked).
 
-    ``max_num_tiles``: a serving engine's limit of static tiles per image, where it is given
-    one (it is not a checkpoint field); None keeps the config's."""
+    Serving options (no checkpoint field holds them): ``max_num_tiles``, a serving engine's
+    limit of static tiles per image where it is given one (None keeps the config's);
+    ``video_pruning_rate``, EVS's rate (:mod:`reference_impl.evs`)."""
     from reference_impl.weights import load_vl_checkpoint
 
-    config = read_config(folder)
+    config = dataclasses.replace(read_config(folder), video_pruning_rate=video_pruning_rate)
     if max_num_tiles is not None:
         config = dataclasses.replace(config, max_num_tiles=max_num_tiles)
     model = NanoNemotronVLForConditionalGeneration(config, tokenizer)

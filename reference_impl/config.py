@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 from reference_impl.errors import ConfigError
+from reference_impl.evs import check_rate
 
 if TYPE_CHECKING:  # types only: the towers (and torch) load when a model is built
     from reference_impl.audio import AudioConfig
@@ -314,6 +315,11 @@ class VLConfig:
         dynamic_resolution: images arrive at their own size (``min_num_patches`` in the
             vision args) instead of as ``S x S`` tiles.
         has_audio: the checkpoint carries a ``sound_config`` (an audio tower).
+        video_pruning_rate: EVS, a serving option (vLLM's ``--video-pruning-rate``): the
+            fraction of each video's tokens the model drops, in ``[0, 1)``; 0 keeps every
+            token (:mod:`reference_impl.evs`).
+        max_audio_duration_s: a serving option (vLLM's ``VLLM_MAX_AUDIO_DECODE_DURATION_S``):
+            the longest audio track the processor decodes from a video file, in seconds.
     """
 
     hidden_size: int
@@ -339,6 +345,8 @@ class VLConfig:
     max_model_len: int = 4096
     video_target_num_patches: int | None = None
     video_maintain_aspect_ratio: bool = False
+    video_pruning_rate: float = 0.0
+    max_audio_duration_s: float = 600.0
     # Derived in __post_init__.
     shuffle_factor: int = field(init=False)
     num_image_token: int = field(init=False)
@@ -381,6 +389,10 @@ class VLConfig:
                 )
         if not self.max_num_tiles >= 1:
             raise ConfigError("max_num_tiles", "a positive int", self.max_num_tiles)
+        check_rate(self.video_pruning_rate)
+        cap = self.max_audio_duration_s
+        if isinstance(cap, bool) or not isinstance(cap, int | float) or not cap > 0:
+            raise ConfigError("max_audio_duration_s", "a positive number of seconds", cap)
         text = self.text_config
         if text is not None:
             for name in ("hidden_size", "vocab_size"):

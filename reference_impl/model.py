@@ -25,6 +25,7 @@ from transformers import PreTrainedTokenizerBase
 from reference_impl.audio import ParakeetAudioTower
 from reference_impl.config import VLConfig
 from reference_impl.connector import Connector
+from reference_impl.evs import prune
 from reference_impl.inputs import (
     AudioFeatureInputs,
     ImageEmbeddingInputs,
@@ -320,37 +321,41 @@ class NanoNemotronVLModel(nn.Module):
                 raise InputValidationError(
                     "vision_model.forward_video", f"{expected_groups} tubelets", groups.shape[0]
                 )
+            # EVS: the kept rows and each group's count (every row at rate 0).
+            rows, per_group = prune(groups, self.config.video_pruning_rate)
             out.append(
                 self._video_embeddings_with_text(
-                    groups, indices_per_video[i], inputs.frame_duration_ms[i]
+                    rows, per_group, indices_per_video[i], inputs.frame_duration_ms[i]
                 )
             )
         return out
 
     def _video_embeddings_with_text(
-        self, groups: torch.Tensor, frames_indices: Sequence[int], frame_duration_ms: int
+        self,
+        rows: torch.Tensor,
+        per_group: Sequence[int],
+        frames_indices: Sequence[int],
+        frame_duration_ms: int,
     ) -> torch.Tensor:
         """Fill one video's whole replacement: text embeddings at separator and tag positions,
-        the ``[g, k, h]`` vision embeddings at the ``<image>`` positions.
+        the ``[n, h]`` vision rows at the ``<image>`` positions, ``per_group[t]`` after group
+        ``t``'s separator.
 
         These tokens are made here, not by the scheduler, so they are embedded with the base
         embedding table (no LoRA index-mapping entry exists for them).
         """
-        g, k, _ = groups.shape
         ids = video_replacement_ids(
             self.tokenizer,
-            [k] * g,
+            per_group,
             frames_indices,
             frame_duration_ms,
             self.config.video_temporal_patch_size,
         )
-        device = groups.device
+        device = rows.device
         ids_t = torch.tensor(ids, device=device)
         is_context = torch.isin(ids_t, torch.tensor(self.img_context_ids, device=device))
-        text = base_embedding(self.embed_tokens)(ids_t).to(groups.dtype)
-        return merge_multimodal_embeddings(
-            text, (groups.reshape(-1, groups.shape[-1]),), is_context
-        )
+        text = base_embedding(self.embed_tokens)(ids_t).to(rows.dtype)
+        return merge_multimodal_embeddings(text, (rows,), is_context)
 
     def _embed_audios(self, inputs: AudioFeatureInputs) -> list[torch.Tensor]:
         assert self.sound_encoder is not None  # _parse_audios checked it

@@ -22,6 +22,8 @@ from transformers import PreTrainedTokenizerBase
 from reference_impl.audio import audio_token_count, extract_features, to_mono
 from reference_impl.config import VLConfig
 from reference_impl.errors import ConfigError
+from reference_impl.evs import placeholder_tokens_per_group
+from reference_impl.media import audio_track
 from reference_impl.tokenizer import (
     AUDIO_CONTEXT,
     AUDIO_END,
@@ -273,11 +275,13 @@ def video_frame_size(
 
 @dataclass(frozen=True)
 class Video:
-    """Decoded frames ``[F, H, W, 3]`` (uint8) with the metadata the separators need."""
+    """Decoded frames ``[F, H, W, 3]`` (uint8) with the metadata the separators need, and the
+    file's bytes where the request has them (``audio_in_video`` decodes its audio track)."""
 
     frames: torch.Tensor
     fps: float = 2.0
     frames_indices: Sequence[int] | None = None
+    data: bytes | None = None
 
 
 @dataclass(frozen=True)
@@ -492,7 +496,7 @@ class NanoNemotronVLProcessor:
             replacements.append(
                 video_replacement_ids(
                     self.tokenizer,
-                    [per_frame] * groups,
+                    placeholder_tokens_per_group(per_frame, groups, c.video_pruning_rate),
                     index,
                     duration,
                     c.video_temporal_patch_size,
@@ -511,6 +515,68 @@ class NanoNemotronVLProcessor:
             "frame_duration_ms": torch.tensor(durations),
         }, replacements
 
+    def _audio_from_videos(
+        self,
+        text: str,
+        videos: Sequence[Video],
+        video_embeds: Sequence[torch.Tensor],
+        audios: Sequence[torch.Tensor | Sequence[float]],
+    ) -> tuple[str, list[torch.Tensor | Sequence[float]]]:
+        """The prompt and audio items of an ``audio_in_video`` request.
+
+        Each video's track comes from its file's bytes (:func:`reference_impl.media.audio_track`,
+        bounded by ``max_audio_duration_s``), or, where the request already carries one audio
+        item per video, is that item. A ``<so_embedding>`` follows the ``<video>`` of every
+        video with a track; a video without one stays alone.
+        """
+        c = self.config
+        if c.sound_config is None:
+            raise ConfigError("audio_in_video", "a model with a sound_config", "none")
+        if video_embeds:
+            raise ConfigError(
+                "audio_in_video",
+                "video files (their tracks are read from the bytes)",
+                f"{len(video_embeds)} video embeddings",
+            )
+        found = text.count(VIDEO_PLACEHOLDER)
+        if found != len(videos):
+            raise ConfigError(
+                "videos",
+                f"one item per {VIDEO_PLACEHOLDER} in the prompt ({found})",
+                f"{len(videos)} items",
+            )
+        tracks: list[torch.Tensor | Sequence[float] | None]
+        if audios:
+            if len(audios) != len(videos):
+                raise ConfigError(
+                    "audios",
+                    f"one track per video with audio_in_video ({len(videos)})",
+                    f"{len(audios)} items",
+                )
+            tracks = list(audios)
+        else:
+            tracks = []
+            for i, video in enumerate(videos):
+                if not video.data:
+                    raise ConfigError(
+                        f"videos[{i}].data",
+                        "the video file's bytes (audio_in_video decodes its audio track)",
+                        "none" if video.data is None else "0 bytes",
+                    )
+                tracks.append(
+                    audio_track(
+                        video.data,
+                        c.sound_config.sampling_rate,
+                        c.max_audio_duration_s,
+                        f"videos[{i}].data",
+                    )
+                )
+        head, *rest = text.split(VIDEO_PLACEHOLDER)
+        pieces = [head]
+        for track, after in zip(tracks, rest, strict=True):
+            pieces.append(VIDEO_PLACEHOLDER + (AUDIO_CONTEXT if track is not None else "") + after)
+        return "".join(pieces), [t for t in tracks if t is not None]
+
     # -- the prompt ---------------------------------------------------------------------
 
     def __call__(
@@ -522,14 +588,20 @@ class NanoNemotronVLProcessor:
         max_num_tiles: int | None = None,
         image_embeds: Sequence[torch.Tensor] = (),
         video_embeds: Sequence[torch.Tensor] = (),
+        audio_in_video: bool = False,
     ) -> ProcessorOutput:
         """Expand ``text``'s placeholders for the items given.
 
         ``image_embeds`` / ``video_embeds``: precomputed ``[f, h]`` embeddings in place of images
         or videos (not both forms of one modality in one request); an image's ``f`` rows fill
         ``<img>`` + ``f`` context tokens + ``</img>``, a video's fill ``f`` context tokens.
+
+        ``audio_in_video``: each video's audio track is an audio item too, its placeholder right
+        after the video's (:meth:`_audio_from_videos`).
         """
         c = self.config
+        if audio_in_video:
+            text, audios = self._audio_from_videos(text, videos, video_embeds, audios)
         images_given: Sequence[object] = images or image_embeds
         videos_given: Sequence[object] = videos or video_embeds
         for media, embeds, name in (

@@ -49,8 +49,7 @@ class TargetUnavailable(RuntimeError):
 
 class NotImplementedByTarget(RuntimeError):
     """The target does not implement this input or capability (the message says which and why:
-    the reference's audio from a video, quantization): the check skips with that reason, never
-    passes."""
+    the reference's quantization): the check skips with that reason, never passes."""
 
 
 class NeedsCuda(RuntimeError):
@@ -241,8 +240,7 @@ class MultimodalModel(abc.ABC):
         """A user's request as the target's engine runs it: its processor expands the prompt and
         makes the model's inputs (through its processor cache when ``cached``), its batching
         groups them, ``embed_multimodal`` embeds each batch. Whatever a step raises propagates;
-        an input the target does not implement yet (the reference: ``audio_in_video``) raises
-        :class:`NotImplementedByTarget`."""
+        an input the target does not implement raises :class:`NotImplementedByTarget`."""
 
     def embed_prompt(
         self,

@@ -25,6 +25,7 @@ import zlib
 import pytest
 
 from harness.requests import (
+    AUDIO_DECODE_CAP_ENV,
     PLACEHOLDER,
     ProcessedRequest,
     Request,
@@ -111,8 +112,8 @@ def audio_placeholders(seconds: float) -> int:
 @pytest.fixture
 def audio_cap(monkeypatch: pytest.MonkeyPatch) -> int:
     """The engine's audio decode cap set to :data:`AUDIO_CAP_S` for one check (vLLM reads the
-    variable at each decode)."""
-    monkeypatch.setenv("VLLM_MAX_AUDIO_DECODE_DURATION_S", str(AUDIO_CAP_S))
+    variable at each decode, the reference target at each request)."""
+    monkeypatch.setenv(AUDIO_DECODE_CAP_ENV, str(AUDIO_CAP_S))
     return AUDIO_CAP_S
 
 

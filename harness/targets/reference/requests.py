@@ -3,6 +3,7 @@ modality (the reference has no batching of its own to model)."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import numpy as np
@@ -16,8 +17,9 @@ from harness.requests import (
     RequestItem,
     RequestResult,
     VideoClip,
+    VideoFile,
+    audio_decode_cap_s,
 )
-from harness.targets.base import NotImplementedByTarget
 from reference_impl.errors import ConfigError
 from reference_impl.model import NanoNemotronVLModel
 from reference_impl.processor import (
@@ -45,7 +47,8 @@ def _image(item: Any, index: int) -> np.ndarray:
 def _video(item: Any, index: int) -> Video:
     if not isinstance(item, VideoClip):
         raise ConfigError(f"videos[{index}]", "a VideoClip", type(item).__name__)
-    return Video(torch.from_numpy(item.frames.copy()), item.fps, item.frames_indices)
+    data = item.data if isinstance(item, VideoFile) else None
+    return Video(torch.from_numpy(item.frames.copy()), item.fps, item.frames_indices, data)
 
 
 def process(processor: NanoNemotronVLProcessor, request: Request) -> ProcessorOutput:
@@ -61,19 +64,17 @@ def process(processor: NanoNemotronVLProcessor, request: Request) -> ProcessorOu
         audios=[torch.as_tensor(np.asarray(a, dtype=np.float32)) for a in request.audios],
         image_embeds=image_embeds or (),
         video_embeds=video_embeds or (),
+        audio_in_video=request.audio_in_video,
     )
 
 
 def _processed(model: NanoNemotronVLModel, request: Request) -> ProcessorOutput:
-    if request.audio_in_video:
-        raise NotImplementedByTarget(
-            "audio_in_video: the reference processor does not take a video's audio track "
-            "(vLLM's use_audio_in_video) yet"
-        )
     sampling_rate = model.config.sound_config.sampling_rate if model.config.sound_config else None
     if request.audios and sampling_rate != AUDIO_SAMPLE_RATE:
         raise ConfigError("audios", f"audio at {sampling_rate} Hz", f"{AUDIO_SAMPLE_RATE} Hz")
-    return process(NanoNemotronVLProcessor(model.config, model.tokenizer), request)
+    # The engine's audio decode cap, read at each request as vLLM reads it at each decode.
+    config = dataclasses.replace(model.config, max_audio_duration_s=audio_decode_cap_s())
+    return process(NanoNemotronVLProcessor(config, model.tokenizer), request)
 
 
 def _items(processed: ProcessorOutput) -> list[RequestItem]:

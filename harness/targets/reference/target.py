@@ -216,7 +216,10 @@ class ReferenceTarget(Target):
         key = (spec, str(device))
         if key not in self._models:
             loaded = load_folder(
-                checkpoint_folder(spec), shared_tokenizer(), max_num_tiles=spec.max_num_tiles
+                checkpoint_folder(spec),
+                shared_tokenizer(),
+                max_num_tiles=spec.max_num_tiles,
+                video_pruning_rate=spec.video_pruning_rate,
             ).to(device)
             self._models[key] = ReferenceModel(loaded, spec)
         model = self._models[key]

@@ -58,9 +58,11 @@ def engine_config(
     text_only: bool = False,
     hf_overrides: Mapping[str, Any] | None = None,
     mm_processor_kwargs: Mapping[str, Any] | None = None,
+    video_pruning_rate: float = 0.0,
 ) -> Any:
     """A ``VllmConfig`` for the checkpoint ``folder``, as ``vllm serve FOLDER`` would make it
-    (``--mm-processor-kwargs``: ``mm_processor_kwargs``)."""
+    (``--mm-processor-kwargs``: ``mm_processor_kwargs``; ``--video-pruning-rate``:
+    ``video_pruning_rate``, passed on as given, 0 as the default None)."""
     init_cpu_runtime()
     from vllm.config import DeviceConfig, LoadConfig, ModelConfig, VllmConfig
 
@@ -76,6 +78,7 @@ def engine_config(
         limit_mm_per_prompt=dict.fromkeys(MODALITIES, 0) if text_only else None,
         hf_overrides=json.loads(json.dumps(dict(hf_overrides or {}))),  # a private copy
         mm_processor_kwargs=dict(mm_processor_kwargs) if mm_processor_kwargs else None,
+        video_pruning_rate=None if video_pruning_rate == 0.0 else video_pruning_rate,
     )
     return VllmConfig(
         model_config=model_config, device_config=DeviceConfig("cpu"), load_config=LoadConfig()
@@ -137,6 +140,7 @@ def build_and_load(
     folder: Path,
     timings: Timings | None = None,
     mm_processor_kwargs: Mapping[str, Any] | None = None,
+    video_pruning_rate: float = 0.0,
 ) -> tuple[Any, Any]:
     """Build the folder's model with vLLM's constructor and load it with vLLM's loader;
     returns the model and its ``VllmConfig``."""
@@ -146,7 +150,9 @@ def build_and_load(
 
     timings = timings if timings is not None else Timings()
     start = time.perf_counter()
-    vllm_config = engine_config(folder, mm_processor_kwargs=mm_processor_kwargs)
+    vllm_config = engine_config(
+        folder, mm_processor_kwargs=mm_processor_kwargs, video_pruning_rate=video_pruning_rate
+    )
     timings.config_s = time.perf_counter() - start
     start = time.perf_counter()
     model = construct(module, vllm_config)

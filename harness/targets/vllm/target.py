@@ -174,7 +174,7 @@ class VllmTarget(Target):
             written = time.perf_counter() - start
             timings = build.Timings()
             built, vllm_config = build.build_and_load(
-                module, folder, timings, spec.processor_options
+                module, folder, timings, spec.processor_options, spec.video_pruning_rate
             )
             self.timings[spec.slug] = {"checkpoint_s": round(written, 3), **timings.as_dict()}
             self._models[spec] = VllmModel(built, vllm_config, spec)
@@ -352,6 +352,7 @@ class VllmTarget(Target):
             text_only=text_only,
             hf_overrides=hf_overrides,
             mm_processor_kwargs=spec.processor_options,
+            video_pruning_rate=spec.video_pruning_rate,
         )
 
     def _model_config(self, spec: ModelSpec) -> Any:
