@@ -39,6 +39,7 @@ GIVEN_CUES = (
     "missing",
     "unexpected",
     "mismatch",
+    "input_value",  # pydantic's validation errors: ``[type=less_than, input_value=1.5, ...]``
 )
 
 
