@@ -256,12 +256,24 @@ def audio_clip(seconds: float, seed: int) -> np.ndarray:
 
 
 def video_file(
-    num_frames: int, height: int, width: int, seed: int, *, audio_seconds: float | None
+    num_frames: int,
+    height: int,
+    width: int,
+    seed: int,
+    *,
+    audio_seconds: float | None,
+    audio_rate: int = AUDIO_SAMPLE_RATE,
+    audio_channels: Literal[1, 2] = 1,
 ) -> VideoFile:
     """A Matroska file made with PyAV: ``num_frames`` noise frames at 2 fps (MPEG-4 Part 2) and,
-    unless ``audio_seconds`` is None, a 440 Hz tone of that length (16-bit PCM at
-    :data:`AUDIO_SAMPLE_RATE`, mono: decoded sample for sample); its frames decoded back."""
+    unless ``audio_seconds`` is None, a 440 Hz tone of that length (16-bit PCM at ``audio_rate``;
+    mono by default, decoded sample for sample at :data:`AUDIO_SAMPLE_RATE`; with two channels,
+    the tone in both); its frames decoded back."""
     import av
+
+    if audio_channels not in (1, 2):
+        raise ValueError(f"video_file: audio_channels: expected 1 or 2, got {audio_channels!r}")
+    layout = "mono" if audio_channels == 1 else "stereo"
 
     fps = 2
     frames = _rng(seed).integers(0, 256, (num_frames, height, width, 3), dtype=np.uint8)
@@ -271,21 +283,25 @@ def video_file(
         video.width, video.height, video.pix_fmt = width, height, "yuv420p"
         audio = None
         if audio_seconds is not None:
-            audio = container.add_stream("pcm_s16le", rate=AUDIO_SAMPLE_RATE, layout="mono")
+            audio = container.add_stream("pcm_s16le", rate=audio_rate, layout=layout)
         for index, array in enumerate(frames):
             frame = av.VideoFrame.from_ndarray(array, format="rgb24")
             frame.pts = index
             container.mux(video.encode(frame))
         container.mux(video.encode(None))
         if audio is not None and audio_seconds is not None:
-            samples = round(audio_seconds * AUDIO_SAMPLE_RATE)
-            t = np.arange(samples) / AUDIO_SAMPLE_RATE
+            samples = round(audio_seconds * audio_rate)
+            t = np.arange(samples) / audio_rate
             tone = (0.3 * 32767 * np.sin(2 * np.pi * 440.0 * t)).astype(np.int16)
+            # Packed 16-bit PCM: the channels' samples interleaved in one row.
+            pcm = np.repeat(tone, audio_channels)[None]
             for start in range(0, samples, 1024):
                 chunk = av.AudioFrame.from_ndarray(
-                    tone[None, start : start + 1024], format="s16", layout="mono"
+                    pcm[:, start * audio_channels : (start + 1024) * audio_channels],
+                    format="s16",
+                    layout=layout,
                 )
-                chunk.sample_rate, chunk.pts = AUDIO_SAMPLE_RATE, start
+                chunk.sample_rate, chunk.pts = audio_rate, start
                 container.mux(audio.encode(chunk))
             container.mux(audio.encode(None))
     data = buffer.getvalue()

@@ -12,7 +12,8 @@ Written from the published architecture brief; no vLLM imports, no pytest. One f
   dtype from a config; ``weights``: loading NemotronH weights; ``lora``: LoRA on the language
   model only.
 - ``radio``: the RADIO vision tower; ``audio``: features and the Parakeet tower; ``connector``:
-  pixel shuffle and ``mlp1``.
+  pixel shuffle and ``mlp1``; ``evs``: EVS video pruning; ``media``: a video file's audio
+  track (PyAV).
 - ``inputs``: the typed multimodal input contracts and their runtime validation; ``tokenizer``:
   a small fast tokenizer with the model's special tokens, built in code (no hub);
   ``processor``: the processor's arithmetic (tiles, frames, audio tokens, replacement ids).

@@ -5,7 +5,9 @@ and makes it an audio item of the request. What every target must do:
 
 - the track's placeholder (``<so_start>``, one context token per encoder frame, ``<so_end>``)
   follows its video's replacement directly, and has the architecture's token count for the
-  track's length; a video whose file has no track stays alone, the next video unaffected;
+  track's length, whatever rate and channels the file stores it in (the engine mixes it down to
+  mono and resamples it to the model's rate); a video whose file has no track stays alone, the
+  next video unaffected;
 - a video given as decoded frames without the file's bytes is refused with an error naming the
   missing bytes: there is no track to read;
 - a file that is not a readable container is refused with an error naming it: the user asked
@@ -29,6 +31,7 @@ from harness.requests import (
     Request,
     VideoFile,
     video_clip,
+    video_file,
     video_file_with_audio,
 )
 from harness.targets.base import NeedsCuda, NotImplementedByTarget
@@ -75,6 +78,29 @@ def test_each_track_follows_its_video(request_runs, form):
             f"audio[{item.index}]: {len(item.positions)} placeholders for a {seconds:g} s track, "
             f"expected {audio_placeholders(seconds)}"
         )
+
+
+#: Tracks the engine must decode to their length: the model's rate, vLLM's decode rate (22050
+#: Hz, where its decoder skips the resampler), common camera rates; mono and stereo.
+TRACK_FORMATS = [(16000, 1), (22050, 1), (22050, 2), (44100, 2), (48000, 1)]
+
+
+@pytest.mark.parametrize(
+    ("rate", "channels"), TRACK_FORMATS, ids=[f"{r}hz-{c}ch" for r, c in TRACK_FORMATS]
+)
+def test_a_track_has_its_length_whatever_its_rate_and_channels(make_model, rate, channels):
+    """The same 2 s tone, stored at another rate or in two channels, is still 2 s of audio: the
+    architecture's placeholder count for 2 s at the model's 16 kHz."""
+    video = video_file(2, 64, 64, 52, audio_seconds=2.0, audio_rate=rate, audio_channels=channels)
+    request = Request(f"Watch {PLACEHOLDER['video']}.", videos=[video], audio_in_video=True)
+    processed = make_model().process_request(request)
+    counts = [len(item.positions) for item in processed.items if item.modality == "audio"]
+    expected = audio_placeholders(2.0)
+    layout = "mono" if channels == 1 else "stereo"
+    assert counts == [expected], (
+        f"audio placeholders of a 2 s track stored at {rate} Hz {layout}: expected "
+        f"[{expected}], got {counts}"
+    )
 
 
 def test_a_video_without_its_bytes_is_refused(make_model):

@@ -1,0 +1,43 @@
+"""vLLM 0.33.0: with ``use_audio_in_video``, a video whose file FFmpeg cannot open loses its
+audio track without an error.
+
+``NanoNemotronVLMultiModalProcessor._extract_audio_from_videos`` decodes each video's
+``original_video_bytes`` with ``load_audio_pyav``, which raises ``ValueError('Invalid or
+corrupted audio data...')`` for such bytes, and catches every exception as "no audio stream
+found" (logged at debug level): the request goes on with the video alone, although the user
+asked for its track.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+from _processor import processor, reproduce_silent
+
+
+def main() -> int:
+    p = processor()
+    frames = np.zeros((2, 64, 64, 3), dtype=np.uint8)
+    metadata = {
+        "fps": 2.0,
+        "frames_indices": [0, 1],
+        "total_num_frames": 2,
+        "duration": 1.0,
+        "video_backend": "opencv",
+        "original_video_bytes": b"this is not a video file",
+    }
+
+    def wrong() -> str | None:
+        items = p.info.parse_mm_data({"video": [(frames, metadata)]})
+        out = p("Watch <video>.", items, hf_processor_mm_kwargs={"use_audio_in_video": True})
+        modalities = sorted(out["mm_placeholders"])
+        if "audio" in modalities:
+            return None
+        return f"no error, and the request's items are {modalities}: the track was dropped"
+
+    return reproduce_silent(wrong)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
