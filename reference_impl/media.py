@@ -56,13 +56,13 @@ def audio_track(data: bytes, sampling_rate: int, cap_s: float, field: str) -> to
         declared = _declared_seconds(container, stream)
         if declared is not None and declared > cap_s:
             raise _over_the_cap(field, cap_s, f"a track declared {declared:.1f} s long")
-        limit = int(cap_s * sampling_rate)
+        limit = cap_s * sampling_rate  # samples (a float: an infinite cap is no cap)
         resampler = av.AudioResampler(format="flt", layout="mono", rate=sampling_rate)
         chunks: list[np.ndarray] = []
         decoded = 0
         try:
             for frame in container.decode(stream):
-                for out in [*resampler.resample(frame)]:
+                for out in resampler.resample(frame):
                     chunks.append(out.to_ndarray().reshape(-1))
                     decoded += chunks[-1].size
                 if decoded > limit:

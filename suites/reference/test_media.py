@@ -75,6 +75,12 @@ def test_another_rate_and_channels_are_mixed_down_and_resampled():
     assert 0.3 * 0.45 < peak < 0.3 * 0.75, f"peak {peak}: not the left channel mixed down"
 
 
+def test_an_infinite_cap_is_no_cap():
+    samples = media.audio_track(video_file_with_audio(1.0, 12).data, RATE, float("inf"), "v")
+    assert samples is not None
+    assert len(samples) == RATE
+
+
 def test_a_file_without_a_track_has_none():
     assert media.audio_track(video_file_without_audio(2).data, RATE, 600, "videos[0].data") is None
 
