@@ -9,6 +9,8 @@ tokens that changed most since the previous group (``1 - cos``). What every targ
 - the kept tokens are the ones that changed: the EVS request forms repeat frames (a repeated
   frame changes nothing) and choose their rates so that the kept tokens are whole groups, known
   from the frames alone; each group's kept count sits between its own ``<img>`` and ``</img>``;
+- any video (hypothesis: 1-16 frames of any size, two rates, both temporal patch sizes) gets
+  that count, and as many embedding rows as placeholder positions;
 - a rate outside ``[0, 1)`` is refused when the model is built, with an error naming it.
 
 Parity with the reference on the same forms (kept rows within the request-path tolerance,
@@ -22,11 +24,14 @@ import math
 import numpy as np
 import pytest
 import torch
+from hypothesis import given
+from hypothesis import strategies as st
 
 from harness.assertions import raises_clear_error
 from harness.checkpoint import checkpoint_weights
-from harness.requests import FORMS_BY_NAME, REQUEST_FORMS, VideoClip
+from harness.requests import FORMS_BY_NAME, REQUEST_FORMS, Request, VideoClip, video_clip
 from reference_impl.tokenizer import IMG_CONTEXT, IMG_END, IMG_START, shared_tokenizer
+from suites.conformance.test_request_properties import REQUEST_SETTINGS
 from suites.conformance.test_requests import EMBEDDING_TABLE
 
 pytestmark = pytest.mark.concern("requests")
@@ -111,3 +116,38 @@ def test_the_changed_groups_are_kept(request_runs, form):
 def test_a_rate_outside_zero_to_one_is_refused_naming_it(make_model, rate):
     with raises_clear_error("video_pruning_rate"):
         make_model(video_pruning_rate=rate)
+
+
+#: Rates and temporal patch sizes of the property below (each pair is one model build).
+PROPERTY_VARIANTS = [(0.3, 1), (0.9, 1), (0.3, 2), (0.9, 2)]
+
+
+@pytest.mark.parametrize(
+    ("rate", "t"), PROPERTY_VARIANTS, ids=[f"q{q}-t{t}" for q, t in PROPERTY_VARIANTS]
+)
+@REQUEST_SETTINGS
+@given(
+    frames=st.integers(1, 16),
+    height=st.integers(8, 128),
+    width=st.integers(8, 128),
+    seed=st.integers(0, 2**16),
+)
+def test_any_pruned_video_keeps_the_retained_count(
+    make_model, rate, t, frames, height, width, seed
+):
+    """Any video of 1-16 frames of any size: its placeholder holds the formula's count of
+    context tokens (frames are resized to one tile: ``k`` tokens per group), and the model
+    fills every position of it (which tokens are kept among near-equal scores may differ
+    between targets; the counts may not)."""
+    model = make_model(video_pruning_rate=rate, video_temporal_patch_size=t)
+    request = Request("<video>", videos=[video_clip(frames, height, width, seed)])
+    result = model.run_request(request)
+    (item,) = result.items
+    context = _token(IMG_CONTEXT)
+    count = sum(result.prompt_token_ids[p] == context for p in item.positions)
+    k = model.spec.tokens_per_tile
+    expected = retained(k, math.ceil(frames / t), rate)
+    assert count == expected, f"{frames} frames, T={t}, q={rate}: {count} kept, expected {expected}"
+    assert result.embeddings[0].shape[0] == len(item.positions), (
+        f"{frames} frames: {result.embeddings[0].shape[0]} rows for {len(item.positions)} positions"
+    )
