@@ -84,6 +84,12 @@ class VideoFile(VideoClip):
         return {**super().metadata(), "original_video_bytes": self.data}
 
 
+def track_seconds(video: object) -> float | None:
+    """The length of a video item's audio track: None for frames without a file, or a file
+    without a track."""
+    return video.audio_seconds if isinstance(video, VideoFile) else None
+
+
 #: One modality's items: media (PIL images or ``[H, W, 3]`` uint8 arrays; clips; mono float32
 #: audio at :data:`AUDIO_SAMPLE_RATE`), or precomputed embeddings: a stacked ``[n, f, h]`` tensor
 #: or a list of ``[f_i, h]`` tensors.
@@ -117,10 +123,8 @@ class Request:
         """Items of ``modality`` the engine must make of the request: those it carries, and with
         :attr:`audio_in_video` an audio item for each video file with a track."""
         count = self.num_items(modality)
-        if modality == "audio" and self.audio_in_video and self.audios == []:
-            count += sum(
-                isinstance(v, VideoFile) and v.audio_seconds is not None for v in self.videos
-            )
+        if modality == "audio" and self.audio_in_video and count == 0:
+            count = sum(track_seconds(v) is not None for v in self.videos)
         return count
 
     def embeddings(self, modality: RequestModality) -> list[torch.Tensor] | None:

@@ -30,9 +30,8 @@ from reference_impl.errors import ConfigError
 
 def check_rate(rate: float, name: str = "video_pruning_rate") -> None:
     """``rate`` must be a finite float in ``[0, 1)``: at 1 nothing would be kept."""
-    if isinstance(rate, bool) or not isinstance(rate, int | float):
-        raise ConfigError(name, "a float in [0, 1)", rate)
-    if not (math.isfinite(rate) and 0.0 <= rate < 1.0):
+    is_number = isinstance(rate, int | float) and not isinstance(rate, bool)
+    if not (is_number and math.isfinite(rate) and 0.0 <= rate < 1.0):
         raise ConfigError(name, "a float in [0, 1)", rate)
 
 

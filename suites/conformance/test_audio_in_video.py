@@ -29,7 +29,7 @@ from harness.requests import (
     PLACEHOLDER,
     REQUEST_FORMS,
     Request,
-    VideoFile,
+    track_seconds,
     video_clip,
     video_file,
     video_file_with_audio,
@@ -52,16 +52,14 @@ def test_each_track_follows_its_video(request_runs, form):
     result = request_runs.run(form)
     expected_kinds: list[str] = []
     for video in request.videos:
-        expected_kinds.append("video")
-        if isinstance(video, VideoFile) and video.audio_seconds is not None:
-            expected_kinds.append("audio")
+        expected_kinds += ["video"] if track_seconds(video) is None else ["video", "audio"]
     kinds = [item.modality for item in result.items]
     assert kinds == expected_kinds, (
         f"items in prompt order: expected {expected_kinds} (each track after its video), got "
         f"{kinds}"
     )
     start = shared_tokenizer().encode(AUDIO_START, add_special_tokens=False)
-    tracks = iter(v for v in request.videos if isinstance(v, VideoFile) and v.audio_seconds)
+    tracks = iter(s for s in map(track_seconds, request.videos) if s is not None)
     for before, item in zip(result.items, result.items[1:], strict=False):
         if item.modality != "audio":
             continue
@@ -72,8 +70,7 @@ def test_each_track_follows_its_video(request_runs, form):
             f"audio[{item.index}]: expected right after its video's replacement, behind "
             f"{AUDIO_START} {start}; {where}"
         )
-        seconds = next(tracks).audio_seconds
-        assert seconds is not None
+        seconds = next(tracks)
         assert len(item.positions) == audio_placeholders(seconds), (
             f"audio[{item.index}]: {len(item.positions)} placeholders for a {seconds:g} s track, "
             f"expected {audio_placeholders(seconds)}"
