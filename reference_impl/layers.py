@@ -39,6 +39,25 @@ class GatedRMSNorm(nn.Module):
         return out
 
 
+def causal_conv1d(
+    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, window: torch.Tensor | None
+) -> torch.Tensor:
+    """Mamba2's depthwise causal convolution, then SiLU.
+
+    ``x [b, D, l]`` (channels first), ``weight [D, K]``, ``bias [D]`` or None; ``window
+    [b, D, K-1]``: the ``K-1`` inputs before ``x`` (zeros for a sequence's start, the cached
+    window when resuming). Output ``y[:, :, t] = silu(bias + sum_j weight[:, j] * u[:, :, t+j])``
+    over ``u = window ++ x``: ``[b, D, l]``.
+    """
+    b, channels, _ = x.shape
+    k = weight.shape[-1]
+    if window is None:
+        window = x.new_zeros(b, channels, k - 1)
+    inputs = torch.cat([window.to(x.dtype), x], dim=-1)  # [b, D, K-1+l]
+    out = nn.functional.conv1d(inputs, weight[:, None, :], bias, groups=channels)
+    return nn.functional.silu(out)
+
+
 def relu2(x: torch.Tensor) -> torch.Tensor:
     """``relu(x) ** 2``, the activation of NemotronH's MLPs, experts and ``mlp1``."""
     return torch.relu(x).square()

@@ -34,7 +34,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from reference_impl.config import NemotronHConfig
-from reference_impl.layers import GatedRMSNorm, RMSNorm, relu2
+from reference_impl.layers import GatedRMSNorm, RMSNorm, causal_conv1d, relu2
 from reference_impl.ssd import ssd_chunked, ssd_sequential
 
 # ---------------------------------------------------------------------------------------------
@@ -203,9 +203,8 @@ class Mamba2Mixer(Mixer[MambaCache]):
         b, l, _ = hidden.shape
         z, xbc, dt = self._split(hidden)
         k = self.config.conv_kernel
-        padded = F.pad(xbc.transpose(1, 2), (k - 1, 0))  # [b, conv_dim, K-1+l]
-        conv = F.conv1d(padded, self.conv1d.weight, self.conv1d.bias, groups=self.conv_dim)
-        x, dt, A, B, C = self._ssm_inputs(F.silu(conv).transpose(1, 2), dt)
+        conv = causal_conv1d(xbc.transpose(1, 2), self.conv1d.weight[:, 0], self.conv1d.bias, None)
+        x, dt, A, B, C = self._ssm_inputs(conv.transpose(1, 2), dt)
         dt = dt * _valid_steps(lengths, b, l, hidden.device)[..., None]  # padding: dt = 0
         y, state = ssd_chunked(x, dt, A, B, C, self.D, self.config.chunk_size)
         if cache is not None:
@@ -213,6 +212,7 @@ class Mamba2Mixer(Mixer[MambaCache]):
             # The window holds the inputs at steps end-K+1 .. end-1: indices end .. end+K-2 in
             # the left-padded sequence.
             index = ends[:, None] + torch.arange(k - 1, device=hidden.device)[None, :]
+            padded = F.pad(xbc.transpose(1, 2), (k - 1, 0))  # [b, conv_dim, K-1+l]
             cache.conv = padded.gather(2, index[:, None, :].expand(-1, self.conv_dim, -1))
             cache.ssm = state
         return self._output(y.reshape(b, l, self.inner), z)
@@ -220,12 +220,10 @@ class Mamba2Mixer(Mixer[MambaCache]):
     def step(self, hidden: torch.Tensor, cache: MambaCache) -> torch.Tensor:
         """Decode one token per sequence: ``hidden [b, 1, H]``; updates ``cache`` in place."""
         z, xbc, dt = self._split(hidden)
-        window = torch.cat([cache.conv, xbc.transpose(1, 2)], dim=-1)  # [b, conv_dim, K]
-        conv = (window * self.conv1d.weight[:, 0, :]).sum(-1)
-        if self.conv1d.bias is not None:
-            conv = conv + self.conv1d.bias
-        cache.conv = window[..., 1:]
-        x, dt, A, B, C = self._ssm_inputs(F.silu(conv)[:, None, :], dt)
+        inputs = xbc.transpose(1, 2)  # [b, conv_dim, 1]
+        conv = causal_conv1d(inputs, self.conv1d.weight[:, 0], self.conv1d.bias, cache.conv)
+        cache.conv = torch.cat([cache.conv, inputs], dim=-1)[..., 1:]
+        x, dt, A, B, C = self._ssm_inputs(conv.transpose(1, 2), dt)
         y, cache.ssm = ssd_sequential(x, dt, A, B, C, self.D, cache.ssm)
         return self._output(y.reshape(hidden.shape[0], 1, self.inner), z)
 
