@@ -68,7 +68,8 @@ STAND_INS = {
     "vllm.logger": "init_logger: a logging.Logger with info_once / warning_once",
     "vllm._custom_ops": "an empty module (only Mamba1's selective_scan_fn uses it)",
     "vllm.platforms": "current_platform: CUDA as torch sees it, never CPU or XPU; PDL from sm90",
-    "vllm.triton_utils": "HAS_TRITON, triton, tl: the installed Triton",
+    "vllm.triton_utils": "HAS_TRITON, triton, tl: the installed Triton; as vLLM's, "
+    "VLLM_TRITON_FORCE_FIRST_CONFIG=1 skips autotuning (each kernel's first config)",
     "vllm.utils.platform_utils": "get_device_name_as_file_name from torch.cuda",
     "vllm.v1.attention.backends.utils": "NULL_BLOCK_ID, PAD_SLOT_ID read from vLLM's own file",
 }
@@ -381,8 +382,9 @@ def _file_modules(ops: Path, interpret: bool) -> tuple[dict[str, Any], dict[str,
     # One private package per folder and mode: a mutated copy never shares modules.
     digest = hashlib.sha1(str(ops.resolve()).encode()).hexdigest()[:10]
     package = f"_vllm_mamba_kernels_{'interpreted' if interpret else 'compiled'}_{digest}"
-    if interpret:
+    if interpret or os.environ.get("VLLM_TRITON_FORCE_FIRST_CONFIG", "0") not in ("", "0"):
         _untimed_autotuning()
+    if interpret:
         _grid_arguments_converted()
         _library_interpreted_during_launches()
         _bf16_dot_widened()

@@ -30,13 +30,20 @@ the interpreter would take many minutes for them.
 from __future__ import annotations
 
 import itertools
+import os
 from dataclasses import dataclass
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-from harness.vllm_kernels import Kernels, chunk_layout, conv_programs, load
+from harness.vllm_kernels import (
+    Kernels,
+    chunk_layout,
+    conv_programs,
+    installed_ops_folder,
+    load,
+)
 from reference_impl.config import NemotronHConfig
 from reference_impl.layers import causal_conv1d
 from reference_impl.presets import nemotron_3_nano_omni, nemotron_nano_12b_v2_vl
@@ -107,6 +114,11 @@ def relative_error(actual: torch.Tensor, expected: torch.Tensor) -> float:
 
 @pytest.fixture(scope="module")
 def kernels(device: torch.device) -> Kernels:
+    if installed_ops_folder() is None and "VLLM_KERNELS_SOURCE" not in os.environ:
+        pytest.skip(
+            "vLLM's kernels: no vLLM installed and VLLM_KERNELS_SOURCE not set "
+            "(python -m harness.gpu_bundle makes a copy to carry)"
+        )
     loaded = load(interpret=device.type == "cpu")
     print(loaded.describe())
     return loaded
