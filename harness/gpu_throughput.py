@@ -11,9 +11,9 @@ CUDA, against the GPU's bf16 peak.
 
 Each is timed: the median of ``--repeats`` runs after one warm-up, the GPU synchronised around
 each. The work done is counted, not estimated: the matmul FLOPs the block's forward executed,
-from PyTorch's ``FlopCounterMode`` on the same call. Achieved TFLOP/s = FLOPs / median time; the share of the
-peak uses :data:`BF16_DENSE_PEAK_TFLOPS` (NVIDIA's datasheets, dense, no sparsity) for the
-device's name, and is left out for a GPU not in that table.
+from PyTorch's ``FlopCounterMode`` on the same call. Achieved TFLOP/s = FLOPs / median time;
+the share of the peak uses :data:`BF16_DENSE_PEAK_TFLOPS` (NVIDIA's datasheets, dense, no
+sparsity) for the device's name, and is left out for a GPU not in that table.
 
 The reference is a readable model, not a fast one: the numbers say where it stands, they are
 not a goal. ``--device cpu`` runs the same measurement on the CPU (to try the script; no peak).
