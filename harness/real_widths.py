@@ -40,15 +40,22 @@ class LayerCase:
         return f"{self.preset}-{self.kind}"
 
     def config(self) -> NemotronHConfig:
-        return PRESETS[self.preset]().text_config
+        return text_config(self.preset)
+
+
+def text_config(preset: str) -> NemotronHConfig:
+    """The preset's language-model config (every preset has one)."""
+    text = PRESETS[preset]().text_config
+    assert text is not None, f"preset {preset!r} has no text_config"
+    return text
 
 
 def layer_cases() -> list[LayerCase]:
     """Every layer kind of every preset (12B v2: mamba, attention, mlp; Omni: mamba, moe,
     attention), in pattern order."""
     cases = []
-    for preset, make in PRESETS.items():
-        kinds = make().text_config.layer_kinds
+    for preset in PRESETS:
+        kinds = text_config(preset).layer_kinds
         for kind in dict.fromkeys(kinds):
             cases.append(LayerCase(preset, kind, kinds.index(kind)))
     return cases

@@ -8,8 +8,8 @@ decode).
 
 Two ways to reach them (:func:`load`):
 
-1. **vLLM's package**, on CUDA, when it imports and its platform is not the CPU: the modules as
-   vLLM serves with them.
+1. **vLLM's package**, on CUDA, when it imports and its platform is CUDA: the modules as vLLM
+   serves with them.
 2. **vLLM's kernel files alone**: the ``mamba/ops`` folder of an installed vLLM, or of a copy
    that travelled to a GPU machine without vLLM (``VLLM_KERNELS_SOURCE``), executed under a
    private package name with small stand-ins for the seven vLLM modules they import
@@ -129,11 +129,10 @@ def _package_modules() -> tuple[dict[str, Any] | None, str]:
         from vllm.platforms import current_platform
     except Exception as error:  # any failure to import is a reason to take the other route
         return None, f"import vllm.platforms failed: {type(error).__name__}: {error}"
-    if current_platform.is_cpu():
-        return None, (
-            "vLLM's platform is the CPU (VLLM_TARGET_DEVICE=cpu or no GPU build): its ops "
-            "modules swap in CPU implementations"
-        )
+    if not current_platform.is_cuda():
+        platform = type(current_platform).__name__
+        why = " (its ops modules swap in CPU implementations)" if current_platform.is_cpu() else ""
+        return None, f"vLLM's platform is {platform}, not CUDA{why}"
     try:
         modules = {
             key: importlib.import_module(f"vllm.{_OPS}.{name}") for key, name in _MODULES.items()
@@ -439,6 +438,14 @@ def load(interpret: bool) -> Kernels:
     """
     if interpret in _LOADED:
         return _LOADED[interpret]
+    if not interpret:
+        import torch
+
+        if not torch.cuda.is_available():
+            raise KernelLoadError(
+                "compiled kernels need a CUDA device: torch.cuda.is_available() is False "
+                "(Triton's interpreter runs them on the CPU)"
+            )
     modules, refused = (None, "Triton's interpreter runs kernel files, never vLLM's CPU build")
     if not interpret:
         modules, refused = _package_modules()
@@ -522,3 +529,40 @@ def conv_programs(query_start_loc: Any, pad_slot_id: int) -> types.SimpleNamespa
     return types.SimpleNamespace(
         nums_dict={CONV_BLOCK_M: table}, batch_ptr=batch_ptr, token_chunk_offset_ptr=offsets
     )
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m harness.vllm_kernels [--interpret] [--out route.json]``: load the kernels as
+    the checks will, say by which route and why, and write that as JSON."""
+    import argparse
+    import json
+
+    parser = argparse.ArgumentParser(
+        prog="python -m harness.vllm_kernels", description=main.__doc__
+    )
+    parser.add_argument("--interpret", action="store_true", help="Triton's interpreter (CPU)")
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args(argv)
+    try:
+        kernels = load(args.interpret)
+    except Exception as error:  # reported, not raised: the caller records why
+        record: dict[str, object] = {"loaded": False, "error": f"{type(error).__name__}: {error}"}
+        print(f"vLLM's kernels could not be loaded: {record['error']}", file=sys.stderr)
+    else:
+        print(kernels.describe())
+        record = {
+            "loaded": True,
+            "route": kernels.route,
+            "source": str(kernels.source),
+            "runs_on": kernels.runs_on,
+            "package_refused": kernels.package_refused,
+            "stand_ins": kernels.stand_ins,
+        }
+    if args.out is not None:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(record, indent=2) + "\n")
+    return 0 if record["loaded"] else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

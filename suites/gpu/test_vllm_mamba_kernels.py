@@ -37,6 +37,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from harness.real_widths import text_config
 from harness.vllm_kernels import (
     Kernels,
     chunk_layout,
@@ -46,7 +47,6 @@ from harness.vllm_kernels import (
 )
 from reference_impl.config import NemotronHConfig
 from reference_impl.layers import causal_conv1d
-from reference_impl.presets import nemotron_3_nano_omni, nemotron_nano_12b_v2_vl
 from reference_impl.ssd import ssd_chunked, ssd_sequential
 
 
@@ -81,10 +81,8 @@ class Widths:
 SMALL = Widths(heads=4, head_dim=12, groups=2, state=24, chunk=8, conv_kernel=4)
 WIDTHS = [
     pytest.param(SMALL, id="small"),
-    pytest.param(
-        Widths.of(nemotron_nano_12b_v2_vl().text_config), id="12b-v2", marks=pytest.mark.gpu
-    ),
-    pytest.param(Widths.of(nemotron_3_nano_omni().text_config), id="omni", marks=pytest.mark.gpu),
+    pytest.param(Widths.of(text_config("12b-v2")), id="12b-v2", marks=pytest.mark.gpu),
+    pytest.param(Widths.of(text_config("omni")), id="omni", marks=pytest.mark.gpu),
 ]
 DTYPES = [pytest.param(torch.float32, id="fp32"), pytest.param(torch.bfloat16, id="bf16")]
 #: Where each sequence's state lives in the cache; slot 0 is vLLM's null block (never named by a

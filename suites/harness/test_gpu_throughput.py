@@ -10,8 +10,7 @@ import pytest
 import torch
 
 from harness import gpu_throughput
-from harness.real_widths import layer_cases
-from reference_impl.presets import nemotron_nano_12b_v2_vl
+from harness.real_widths import layer_cases, text_config
 
 
 def test_counted_flops_are_the_mlp_formula(tmp_path: Path) -> None:
@@ -22,7 +21,7 @@ def test_counted_flops_are_the_mlp_formula(tmp_path: Path) -> None:
     argv += ["--decode-batch", "2", "--repeats", "1", "--out", str(out)]
     assert gpu_throughput.main(argv) == 0
     report = json.loads(out.read_text())
-    text = nemotron_nano_12b_v2_vl().text_config
+    text = text_config("12b-v2")
     per_token = 4 * text.hidden_size * text.mlp_width(1)
     (row,) = report["layers"]
     assert row["layer"] == "12b-v2-mlp"
