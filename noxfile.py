@@ -9,7 +9,7 @@
     nox -s mutants       the kill matrix: every corpus mutant against the suites (reports/mutants)
     nox -s mutation      the mutation score over vLLM's model code (reports/mutation; resumable)
     nox -s bench         speed of the reference LM beside transformers (reports/benchmarks/)
-    nox -s gpu           `pytest -m gpu --device cuda` in the current environment (GPU machines)
+    nox -s gpu           every GPU check in the shared environment, with vLLM (GPU machines)
 
 Sessions that need torch and vLLM share one environment, ``.nox/shared``, built once and reused:
 it is reinstalled only when ``pyproject.toml`` changes (the vLLM install is several GB and takes
@@ -19,8 +19,8 @@ minutes; it must not be repeated per session or per run).
 from __future__ import annotations
 
 import hashlib
+import os
 import runpy
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -208,36 +208,79 @@ def bench(session: nox.Session) -> None:
 
 @nox.session(venv_backend="none")
 def gpu(session: nox.Session) -> None:
-    """`pytest -m gpu --device cuda` in the current environment (GPU machines bring their own
-    CUDA torch and may have no network): fails clearly when no CUDA device is visible."""
-    python = shutil.which("python") or sys.executable
-    probe = (
-        "import sys\n"
-        "try:\n    import torch\nexcept ImportError:\n    sys.exit(4)\n"
-        "sys.exit(0 if torch.cuda.is_available() else 3)"
-    )
-    found = subprocess.run([python, "-c", probe], check=False).returncode
-    if found == 4:
-        session.error(f"nox -s gpu: {python} has no torch; run it in the GPU machine's environment")
-    if found != 0:
+    """Every GPU check on a GPU machine with network, in the shared environment (installed with
+    vLLM like the other sessions): vLLM's Mamba kernels from its package, the reference on CUDA
+    and at real widths, throughput, the conformance suites on the reference with CUDA tensors,
+    and the vLLM target's request-path leg (its target runs on the CPU). Results and a summary
+    in reports/gpu. A GPU machine without network runs ``scripts/gpu_checks.sh`` instead.
+    Arguments after ``--`` go to the GPU checks' pytest run."""
+    python = shared_python(session)
+    probe = "import sys, torch\nsys.exit(0 if torch.cuda.is_available() else 3)"
+    if subprocess.run([python, "-c", probe], check=False).returncode != 0:
         session.error(
             f"nox -s gpu: no CUDA device is visible to {python} "
             "(torch.cuda.is_available() is False)"
         )
     out = REPORTS / "gpu"
     out.mkdir(parents=True, exist_ok=True)
-    session.run(
-        python,
+    # vLLM's platform is CUDA here (the kernels' package route); the vLLM target sets CPU itself.
+    cuda_env = {**_ENVIRONMENT["OFFLINE"], "PYTHONHASHSEED": "0", "VLLM_TARGET_DEVICE": "cuda"}
+    failed = []
+
+    def step(name: str, *args: str, env: dict[str, str]) -> None:
+        status = subprocess.run([python, *args], env={**os.environ, **env}, check=False)
+        if status.returncode != 0:
+            failed.append(f"{name} (exit {status.returncode})")
+
+    step(
+        "kernel route",
+        "-m",
+        "harness.vllm_kernels",
+        "--out",
+        str(out / "kernel-route.json"),
+        env=cuda_env,
+    )
+    step(
+        "gpu checks",
         "-m",
         "pytest",
-        "suites",
-        "-m",
-        "gpu",
+        "suites/gpu",
         "--device",
         "cuda",
-        f"--junitxml={out / 'junit.xml'}",
+        f"--junitxml={out / 'junit-gpu.xml'}",
         *session.posargs,
-        # Added to the caller's environment: offline, but not vLLM's CPU platform.
-        env={**_ENVIRONMENT["OFFLINE"], "PYTHONHASHSEED": "0"},
-        external=True,
+        env=cuda_env,
     )
+    step(
+        "throughput",
+        "-m",
+        "harness.gpu_throughput",
+        "--out",
+        str(out / "throughput.json"),
+        env=cuda_env,
+    )
+    step(
+        "conformance on cuda",
+        "-m",
+        "pytest",
+        "suites/conformance",
+        "--target",
+        "reference",
+        "--device",
+        "cuda",
+        f"--junitxml={out / 'junit-conformance-cuda.xml'}",
+        env=cuda_env,
+    )
+    step(
+        "conformance on vllm",
+        "-m",
+        "pytest",
+        "suites/conformance",
+        "--target",
+        "vllm",
+        f"--junitxml={out / 'junit-conformance-vllm.xml'}",
+        env=CPU_ENV,
+    )
+    step("summary", "-m", "harness.gpu_summary", str(out), env=cuda_env)
+    if failed:
+        session.error("nox -s gpu: failed steps: " + ", ".join(failed))

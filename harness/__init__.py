@@ -19,6 +19,10 @@
 - ``mutation``: the regression corpus, its kill matrix and the mutation score; ``lint``: the
   tensor-truthiness lint (installs alone); ``bench_report``: speed goals over benchmarks;
   ``environment``: the process environment every run needs.
+- The GPU run: ``vllm_kernels``: vLLM's Mamba kernels loaded alone, and their launch metadata;
+  ``real_widths``: the reference's layers at the published widths; ``gpu_throughput``: their
+  throughput against the GPU's peak; ``gpu_bundle``: vLLM's sources carried to a GPU machine;
+  ``gpu_summary``: the run's summary page.
 """
 
 from pathlib import Path
