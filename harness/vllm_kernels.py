@@ -454,6 +454,11 @@ def load(interpret: bool) -> Kernels:
         kernels = _kernels(modules, slot_constants(source), "vllm package", source, False, "")
     else:
         configured = os.environ.get("VLLM_KERNELS_SOURCE")
+        if configured and not Path(configured).is_dir():
+            raise KernelLoadError(
+                "VLLM_KERNELS_SOURCE: expected the folder vllm/model_executor/layers/mamba/ops "
+                f"of a copy of vLLM's sources, got {configured!r} (not a folder)"
+            )
         ops = Path(configured) if configured else installed_ops_folder()
         if ops is None:
             raise KernelLoadError(

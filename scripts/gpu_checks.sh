@@ -58,16 +58,16 @@ if [ -f "$bundle/vllm-src.tar.gz" ]; then
     tar -xzf "$bundle/vllm-src.tar.gz" -C "$package_path"
 fi
 # The route probe runs with vLLM's package importable; the checks keep it only if it served.
-step kernel-route 60 env PYTHONPATH="${package_path}${PYTHONPATH:+:$PYTHONPATH}" \
+step kernel-route 30 env PYTHONPATH="${package_path}${PYTHONPATH:+:$PYTHONPATH}" \
     python -m harness.vllm_kernels --out "$out/kernel-route.json"
 if [ -n "$package_path" ] && grep -q '"route": "vllm package"' "$out/kernel-route.json" 2>/dev/null; then
     export PYTHONPATH="${package_path}${PYTHONPATH:+:$PYTHONPATH}"
 fi
 
-step gpu-checks 170 python -m pytest suites/gpu --device cuda -p no:cacheprovider -q -rA \
+step gpu-checks 150 python -m pytest suites/gpu --device cuda -p no:cacheprovider -q -rA \
     --junitxml="$out/junit-gpu.xml"
-step throughput 60 python -m harness.gpu_throughput --out "$out/throughput.json"
-step conformance 60 python -m pytest suites/conformance --target reference --device cuda \
+step throughput 50 python -m harness.gpu_throughput --out "$out/throughput.json"
+step conformance 50 python -m pytest suites/conformance --target reference --device cuda \
     -p no:cacheprovider -q --junitxml="$out/junit-conformance-cuda.xml" \
     --results-json="$out/results-reference-cuda.json"
 python -m harness.gpu_summary "$out"

@@ -110,6 +110,24 @@ def relative_error(actual: torch.Tensor, expected: torch.Tensor) -> float:
     return float((actual.double() - expected.double()).abs().max() / scale)
 
 
+def check_errors(
+    errors: dict[str, float],
+    dtype: torch.dtype,
+    kernels: Kernels,
+    record_property: pytest.RecordProperty,
+) -> None:
+    """Record the errors; the largest must be within the tolerance for ``dtype``."""
+    record_property("measured", {"max_relative_error": max(errors.values()), **errors})
+    bound = tolerance(dtype, kernels)
+    assert max(errors.values()) <= bound, f"errors over {bound}: {errors}"
+
+
+def assert_untouched(cache: torch.Tensor, before: torch.Tensor, written: list[int]) -> None:
+    """Every cache slot but ``written`` holds what it held (the null block included)."""
+    untouched = [s for s in range(CACHE_SLOTS) if s not in written]
+    assert torch.equal(cache[untouched], before[untouched]), f"slots {untouched} changed"
+
+
 @pytest.fixture(scope="module")
 def kernels(device: torch.device) -> Kernels:
     if installed_ops_folder() is None and "VLLM_KERNELS_SOURCE" not in os.environ:
@@ -223,11 +241,8 @@ def test_chunked_scan_matches_reference(
         errors[f"seq{i} state"] = relative_error(cache[SLOTS[i]], state[0])
         errors[f"seq{i} y vs chunked"] = relative_error(out[start:end], y_chunked[0])
         errors[f"seq{i} state vs chunked"] = relative_error(cache[SLOTS[i]], state_chunked[0])
-    record_property("measured", {"max_relative_error": max(errors.values()), **errors})
-    bound = tolerance(dtype, kernels)
-    assert max(errors.values()) <= bound, f"errors over {bound}: {errors}"
-    untouched = [s for s in range(CACHE_SLOTS) if s not in SLOTS]
-    assert torch.equal(cache[untouched], before[untouched]), "slots no sequence names changed"
+    check_errors(errors, dtype, kernels, record_property)
+    assert_untouched(cache, before, list(SLOTS))
 
 
 def ssu_decode(
@@ -291,11 +306,8 @@ def test_state_update_matches_reference(
         "y": relative_error(out[real], y[real, 0]),
         "state": relative_error(cache[[slots[i] for i in real]], state[real]),
     }
-    record_property("measured", {"max_relative_error": max(errors.values()), **errors})
-    bound = tolerance(dtype, kernels)
-    assert max(errors.values()) <= bound, f"errors over {bound}: {errors}"
-    untouched = [s for s in range(CACHE_SLOTS) if s not in slots or s == kernels.null_block_id]
-    assert torch.equal(cache[untouched], before[untouched]), "the null block or a free slot changed"
+    check_errors(errors, dtype, kernels, record_property)
+    assert_untouched(cache, before, [slots[i] for i in real])
 
 
 @pytest.mark.parametrize("widths", WIDTHS)
@@ -350,9 +362,8 @@ def test_prefill_then_decode_continues_the_recurrence(
         inputs.C[None].double(),
         inputs.D.double(),
     )
-    error = relative_error(torch.cat(decoded), y[0, prompt:])
-    record_property("measured", {"max_relative_error": error})
-    assert error <= tolerance(torch.float32, kernels)
+    errors = {"decoded y": relative_error(torch.cat(decoded), y[0, prompt:])}
+    check_errors(errors, torch.float32, kernels, record_property)
 
 
 #: ``(new tokens, resumes from a cached window)`` per sequence of the convolution batch: one
@@ -421,11 +432,8 @@ def test_causal_conv_prefill_matches_reference(
         previous = window if window is not None else inputs.new_zeros(1, w.conv_dim, w.conv_kernel)
         tail = torch.cat([previous, inputs], dim=-1)[0, :, -(w.conv_kernel - 1) :]
         assert torch.equal(cache[CONV_SLOTS[i]].double(), tail), f"sequence {i}'s cached window"
-    record_property("measured", {"max_relative_error": max(errors.values()), **errors})
-    bound = tolerance(dtype, kernels)
-    assert max(errors.values()) <= bound, f"errors over {bound}: {errors}"
-    untouched = [s for s in range(CACHE_SLOTS) if s not in CONV_SLOTS]
-    assert torch.equal(cache[untouched], before[untouched])
+    check_errors(errors, dtype, kernels, record_property)
+    assert_untouched(cache, before, list(CONV_SLOTS))
 
 
 @pytest.mark.parametrize("layout", ["SD", "DS"])
@@ -467,8 +475,5 @@ def test_causal_conv_update_matches_reference(
         errors[f"seq{i}"] = relative_error(out[i], expected[0, :, 0])
         shifted = torch.cat([window, token], dim=-1)[0, :, 1:]
         assert torch.equal(cache[slot].double(), shifted), f"sequence {i}'s window"
-    record_property("measured", {"max_relative_error": max(errors.values()), **errors})
-    bound = tolerance(dtype, kernels)
-    assert max(errors.values()) <= bound, f"errors over {bound}: {errors}"
-    untouched = [s for s in range(CACHE_SLOTS) if s not in slots or s == kernels.null_block_id]
-    assert torch.equal(cache[untouched], before[untouched])
+    check_errors(errors, dtype, kernels, record_property)
+    assert_untouched(cache, before, [s for s in slots if s != kernels.null_block_id])

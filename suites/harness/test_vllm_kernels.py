@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import torch
 
-from harness import gpu_bundle
+from harness import gpu_bundle, vllm_kernels
 from harness.vllm_kernels import (
     KERNEL_FILES,
     KernelLoadError,
@@ -83,6 +83,13 @@ def test_missing_slot_constants_are_named(tmp_path: Path) -> None:
     (tmp_path / "vllm/v1/attention/backends/utils.py").write_text("PAD_SLOT_ID = -1\n")
     with pytest.raises(KernelLoadError, match=r"assignments of \['NULL_BLOCK_ID'\]"):
         load_files(copy, interpret=True)
+
+
+def test_kernel_source_must_be_a_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("VLLM_KERNELS_SOURCE", str(tmp_path / "absent"))
+    monkeypatch.setattr(vllm_kernels, "_LOADED", {})
+    with pytest.raises(KernelLoadError, match=r"VLLM_KERNELS_SOURCE: expected the folder .* got '"):
+        vllm_kernels.load(interpret=True)
 
 
 @needs_vllm
