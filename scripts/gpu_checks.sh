@@ -8,10 +8,12 @@
 # The package route is tried first (does vLLM import here, on CUDA?); when it is refused, the
 # checks load the kernel files alone (harness/vllm_kernels.py). Steps, most important first:
 #   kernel-route   how vLLM's kernels load here, and why (kernel-route.json)
-#   gpu-checks     pytest suites/gpu --device cuda: vLLM's kernels at the small and both preset
-#                  widths, the reference at real widths in bf16, the reference LM on CUDA
+#   kernels        vLLM's kernels against the reference at the small and both preset widths
+#   reference-gpu  the rest of suites/gpu: the reference at real widths in bf16, the reference
+#                  LM and towers on CUDA
 #   throughput     python -m harness.gpu_throughput (throughput.json)
 #   conformance    the conformance suites on the reference target with tensors on CUDA
+# Each step has a time limit (290 s in all); a step that runs out is recorded as exit 124.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out="${OUT:-reports/gpu}"
@@ -58,16 +60,18 @@ if [ -f "$bundle/vllm-src.tar.gz" ]; then
     tar -xzf "$bundle/vllm-src.tar.gz" -C "$package_path"
 fi
 # The route probe runs with vLLM's package importable; the checks keep it only if it served.
-step kernel-route 30 env PYTHONPATH="${package_path}${PYTHONPATH:+:$PYTHONPATH}" \
+step kernel-route 20 env PYTHONPATH="${package_path}${PYTHONPATH:+:$PYTHONPATH}" \
     python -m harness.vllm_kernels --out "$out/kernel-route.json"
 if [ -n "$package_path" ] && grep -q '"route": "vllm package"' "$out/kernel-route.json" 2>/dev/null; then
     export PYTHONPATH="${package_path}${PYTHONPATH:+:$PYTHONPATH}"
 fi
 
-step gpu-checks 150 python -m pytest suites/gpu --device cuda -p no:cacheprovider -q -rA \
-    --junitxml="$out/junit-gpu.xml"
-step throughput 50 python -m harness.gpu_throughput --out "$out/throughput.json"
-step conformance 50 python -m pytest suites/conformance --target reference --device cuda \
+step kernels 100 python -m pytest suites/gpu/test_vllm_mamba_kernels.py --device cuda \
+    -p no:cacheprovider -q -rA --junitxml="$out/junit-kernels.xml"
+step reference-gpu 90 python -m pytest suites/gpu --device cuda -p no:cacheprovider -q -rA \
+    --ignore=suites/gpu/test_vllm_mamba_kernels.py --junitxml="$out/junit-gpu.xml"
+step throughput 40 python -m harness.gpu_throughput --out "$out/throughput.json"
+step conformance 40 python -m pytest suites/conformance --target reference --device cuda \
     -p no:cacheprovider -q --junitxml="$out/junit-conformance-cuda.xml" \
     --results-json="$out/results-reference-cuda.json"
 python -m harness.gpu_summary "$out"
