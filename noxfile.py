@@ -209,11 +209,10 @@ def bench(session: nox.Session) -> None:
 @nox.session(venv_backend="none")
 def gpu(session: nox.Session) -> None:
     """Every GPU check on a GPU machine with network, in the shared environment (installed with
-    vLLM like the other sessions): vLLM's Mamba kernels from its package, the reference on CUDA
-    and at real widths, throughput, the conformance suites on the reference with CUDA tensors,
-    and the vLLM target's request-path leg (its target runs on the CPU). Results and a summary
-    in reports/gpu. A GPU machine without network runs ``scripts/gpu_checks.sh`` instead.
-    Arguments after ``--`` go to the GPU checks' pytest run."""
+    vLLM like the other sessions): the vLLM target's request-path leg (its target runs on the
+    CPU), then ``scripts/gpu_checks.sh``'s steps with vLLM's kernels from its package: the
+    kernel checks, the reference on CUDA and at real widths, throughput, the conformance suites
+    on the reference with CUDA tensors. Results and a summary in reports/gpu."""
     python = shared_python(session)
     probe = "import sys, torch\nsys.exit(0 if torch.cuda.is_available() else 3)"
     if subprocess.run([python, "-c", probe], check=False).returncode != 0:
@@ -223,64 +222,36 @@ def gpu(session: nox.Session) -> None:
         )
     out = REPORTS / "gpu"
     out.mkdir(parents=True, exist_ok=True)
-    # vLLM's platform is CUDA here (the kernels' package route); the vLLM target sets CPU itself.
-    cuda_env = {**_ENVIRONMENT["OFFLINE"], "PYTHONHASHSEED": "0", "VLLM_TARGET_DEVICE": "cuda"}
-    failed = []
-
-    def step(name: str, *args: str, env: dict[str, str]) -> None:
-        status = subprocess.run([python, *args], env={**os.environ, **env}, check=False)
-        if status.returncode != 0:
-            failed.append(f"{name} (exit {status.returncode})")
-
-    step(
-        "kernel route",
-        "-m",
-        "harness.vllm_kernels",
-        "--out",
-        str(out / "kernel-route.json"),
-        env=cuda_env,
+    # The vLLM target's request-path leg first (it runs on the CPU), so the summary counts it.
+    vllm_leg = subprocess.run(
+        [
+            python,
+            "-m",
+            "pytest",
+            "suites/conformance",
+            "--target",
+            "vllm",
+            f"--junitxml={out / 'junit-conformance-vllm.xml'}",
+        ],
+        env={**os.environ, **CPU_ENV},
+        check=False,
     )
-    step(
-        "gpu checks",
-        "-m",
-        "pytest",
-        "suites/gpu",
-        "--device",
-        "cuda",
-        f"--junitxml={out / 'junit-gpu.xml'}",
-        *session.posargs,
-        env=cuda_env,
+    # Then the same steps as a GPU machine without network: scripts/gpu_checks.sh, with the
+    # shared environment's python first on PATH (vLLM installed: its package route).
+    bin_dir = str(Path(python).parent)
+    script = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "gpu_checks.sh")],
+        env={
+            **os.environ,
+            "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
+            "OUT": str(out),
+        },
+        check=False,
     )
-    step(
-        "throughput",
-        "-m",
-        "harness.gpu_throughput",
-        "--out",
-        str(out / "throughput.json"),
-        env=cuda_env,
-    )
-    step(
-        "conformance on cuda",
-        "-m",
-        "pytest",
-        "suites/conformance",
-        "--target",
-        "reference",
-        "--device",
-        "cuda",
-        f"--junitxml={out / 'junit-conformance-cuda.xml'}",
-        env=cuda_env,
-    )
-    step(
-        "conformance on vllm",
-        "-m",
-        "pytest",
-        "suites/conformance",
-        "--target",
-        "vllm",
-        f"--junitxml={out / 'junit-conformance-vllm.xml'}",
-        env=CPU_ENV,
-    )
-    step("summary", "-m", "harness.gpu_summary", str(out), env=cuda_env)
+    failed = [
+        f"{name} (exit {run.returncode})"
+        for name, run in (("vLLM request-path leg", vllm_leg), ("gpu_checks.sh", script))
+        if run.returncode != 0
+    ]
     if failed:
-        session.error("nox -s gpu: failed steps: " + ", ".join(failed))
+        session.error("nox -s gpu: failed: " + ", ".join(failed))

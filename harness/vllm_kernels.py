@@ -196,7 +196,7 @@ class _Platform:
         return str(self._cuda.get_device_name(device_id)) if self._has_cuda else "cpu"
 
 
-class _OnceLogger(logging.LoggerAdapter):  # type: ignore[type-arg]
+class _OnceLogger(logging.LoggerAdapter[logging.Logger]):
     def info_once(self, msg: str, *args: Any, **_: Any) -> None:
         self.info(msg, *args)
 
@@ -257,6 +257,19 @@ def _execute(path: Path, name: str, package: str) -> types.ModuleType:
     return module
 
 
+#: The bridges already installed in Triton (each wraps a Triton method once per process).
+_BRIDGED: set[str] = set()
+
+
+def _installed_before(bridge: str) -> bool:
+    """Whether ``bridge`` is installed already; if not, it is recorded as installed (the caller
+    installs it now)."""
+    if bridge in _BRIDGED:
+        return True
+    _BRIDGED.add(bridge)
+    return False
+
+
 def _untimed_autotuning() -> None:
     """Triton's autotuner times configs with a GPU driver, which the interpreter lacks: every
     config is timed equal, so the first that vLLM's pruning leaves is used."""
@@ -275,9 +288,9 @@ def _grid_arguments_converted() -> None:
     import torch
 
     interpreter = _triton("triton.runtime.interpreter")
-    original = interpreter.GridExecutor.__init__
-    if getattr(original, "converts_grid_arguments", False):
+    if _installed_before("grid arguments"):
         return
+    original = interpreter.GridExecutor.__init__
 
     def init(self: Any, fn: Any, arg_names: Any, grid: Any, *rest: Any, **named: Any) -> None:
         if callable(grid):
@@ -292,7 +305,6 @@ def _grid_arguments_converted() -> None:
 
         original(self, fn, arg_names, grid, *rest, **named)
 
-    init.converts_grid_arguments = True  # type: ignore[attr-defined]
     interpreter.GridExecutor.__init__ = init
 
 
@@ -304,9 +316,9 @@ def _bf16_dot_widened() -> None:
 
     tl, interpreter = _triton("triton.language"), _triton("triton.runtime.interpreter")
 
-    original = interpreter.InterpreterBuilder.create_dot
-    if getattr(original, "widens_bf16", False):
+    if _installed_before("bf16 dot"):
         return
+    original = interpreter.InterpreterBuilder.create_dot
 
     def widened(handle: Any) -> Any:
         if handle.dtype.scalar != tl.bfloat16:
@@ -317,7 +329,6 @@ def _bf16_dot_widened() -> None:
     def create_dot(self: Any, a: Any, b: Any, *rest: Any, **named: Any) -> Any:
         return original(self, widened(a), widened(b), *rest, **named)
 
-    create_dot.widens_bf16 = True  # type: ignore[attr-defined]
     interpreter.InterpreterBuilder.create_dot = create_dot
 
 
@@ -329,9 +340,9 @@ def _library_interpreted_during_launches() -> None:
     interpreter = _triton("triton.runtime.interpreter")
     JITFunction = _triton("triton.runtime.jit").JITFunction
 
-    original = interpreter.GridExecutor.__call__
-    if getattr(original, "interprets_library", False):
+    if _installed_before("library"):
         return
+    original = interpreter.GridExecutor.__call__
     # Imported lazily by launches, and it asserts on the library's decoration: import it first.
     with contextlib.suppress(ImportError):
         importlib.import_module("triton.experimental.gluon.language")
@@ -353,7 +364,6 @@ def _library_interpreted_during_launches() -> None:
             for owner, name, value in saved:
                 setattr(owner, name, value)
 
-    call.interprets_library = True  # type: ignore[attr-defined]
     interpreter.GridExecutor.__call__ = call
 
 

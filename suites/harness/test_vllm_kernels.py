@@ -99,7 +99,9 @@ def test_bundle_kernels_only(tmp_path: Path) -> None:
     ops = tmp_path / "bundle/vllm-kernels/vllm" / gpu_bundle.OPS_IN_PACKAGE
     assert sorted(p.name for p in ops.glob("*.py")) == sorted(KERNEL_FILES)
     assert json.loads((tmp_path / "bundle/bundle.json").read_text()) == manifest
-    assert manifest["total_bytes"] == manifest["sizes_bytes"]["vllm-kernels"]  # type: ignore[index]
+    sizes = manifest["sizes_bytes"]
+    assert isinstance(sizes, dict)
+    assert manifest["total_bytes"] == sizes["vllm-kernels"]
 
 
 def no_property(name: str, value: object) -> None:
