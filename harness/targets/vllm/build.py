@@ -27,7 +27,7 @@ from typing import Any
 import torch
 
 from harness.targets.base import NeedsCuda, TargetLoadError
-from harness.targets.vllm.runtime import init_cpu_runtime, without_avx512_bf16
+from harness.targets.vllm.runtime import init_cpu_runtime, without_packed_cpu_kernels
 
 #: Modalities whose limits a text-only engine sets to 0.
 MODALITIES = ("image", "video", "audio")
@@ -163,7 +163,7 @@ def build_and_load(
         get_model_loader(vllm_config.load_config).load_weights(model, model_config)
     timings.load_s = time.perf_counter() - start
     start = time.perf_counter()
-    with without_avx512_bf16(), set_current_vllm_config(vllm_config):
+    with without_packed_cpu_kernels(), set_current_vllm_config(vllm_config):
         process_weights_after_loading(model, model_config, torch.device("cpu"))
     timings.post_load_s = time.perf_counter() - start
     return model.eval(), vllm_config

@@ -3,8 +3,10 @@
 - ``VLLM_TARGET_DEVICE=cpu`` and offline hubs before the first ``import vllm``;
 - a current ``VllmConfig``, a one-process gloo "distributed" group and model-parallel groups
   (vLLM's parallel layers look them up when they are built);
-- post-load processing as on a CPU without AVX512-BF16: on this host vLLM would pack the Mamba
-  conv1d weights with ``causal_conv1d_weight_pack``, a compiled op that vLLM's CUDA wheel lacks.
+- post-load processing as on a CPU without AVX512-BF16 and without AMX: on a host with
+  AVX512-BF16 vLLM would pack the Mamba conv1d weights with ``causal_conv1d_weight_pack``, on one
+  with AMX tiles the small bf16 linears and the embedding with ``convert_weight_packed``
+  (``check_cpu_sgl_kernel``): compiled ops that vLLM's CUDA wheel lacks.
 """
 
 from __future__ import annotations
@@ -68,9 +70,13 @@ def init_cpu_runtime() -> None:
 
 
 @contextlib.contextmanager
-def without_avx512_bf16() -> Iterator[None]:
-    """vLLM's post-load processing as on a CPU without AVX512-BF16 (see the module docstring)."""
+def without_packed_cpu_kernels() -> Iterator[None]:
+    """vLLM's post-load processing as on a CPU without AVX512-BF16 and AMX, whose packed-weight
+    kernels vLLM's CUDA wheel lacks (see the module docstring)."""
     import torch
 
-    with mock.patch.object(torch.cpu, "_is_avx512_bf16_supported", return_value=False):
+    with (
+        mock.patch.object(torch.cpu, "_is_avx512_bf16_supported", return_value=False),
+        mock.patch.object(torch.cpu, "_is_amx_tile_supported", return_value=False),
+    ):
         yield

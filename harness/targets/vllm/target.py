@@ -53,7 +53,11 @@ from harness.targets.vllm.files import (
     module_name_for,
 )
 from harness.targets.vllm.model import VllmModel
-from harness.targets.vllm.runtime import import_vllm_module, vllm_version, without_avx512_bf16
+from harness.targets.vllm.runtime import (
+    import_vllm_module,
+    vllm_version,
+    without_packed_cpu_kernels,
+)
 from harness.weight_streams import recording_reads
 from reference_impl.config import NemotronHConfig
 from reference_impl.weights import TOWER_PREFIXES
@@ -317,7 +321,7 @@ class VllmTarget(Target):
         get_model_loader(LoadConfig(load_format="dummy")).load_weights(
             model, vllm_config.model_config
         )
-        with without_avx512_bf16():
+        with without_packed_cpu_kernels():
             process_weights_after_loading(model, vllm_config.model_config, torch.device("cpu"))
         letters = {cls: letter for letter, cls in ALL_DECODER_LAYER_TYPES.items()}
         kinds = "".join(letters[type(layer)] for layer in model.language_model.model.layers)
