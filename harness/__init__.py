@@ -10,7 +10,9 @@
 - ``requests``: a user's multimodal request and what an engine makes of it; ``model_kwargs``:
   builders of valid multimodal keyword arguments for a model; ``strategies``: hypothesis
   strategies over both.
-- ``assertions``: what a clear error is, and output comparisons; ``deviations``: known
+- ``assertions``: what a clear error is, and output comparisons; ``parity``: the bounds of
+  parity with the reference, the sensitivity each path must have for them to mean something,
+  and the features compared before the towers; ``deviations``: known
   deviations; ``oracles``: independent implementations (transformers) with random weights;
   ``vllm_layers``: vLLM's own layers on CPU as oracles.
 - ``results``: the results schema; ``report``: the conformance report; ``conformance``: the

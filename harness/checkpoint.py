@@ -5,7 +5,8 @@ real checkpoint: ``config.json`` in the checkpoint's top-level form (``auto_map`
 configuration module in ``fixtures/checkpoint/``, loaded with ``trust_remote_code``), the
 tokenizer files of our in-code tokenizer with the model's special tokens, and
 ``model.safetensors`` in checkpoint naming. Every tensor is random (norms and biases too), so a
-tensor loaded under the wrong name cannot match by accident.
+tensor loaded under the wrong name cannot match by accident, and scaled as trained networks are
+(:func:`_random_like`), so every tower's output depends on its input in bf16.
 
 :class:`ModelSpec` names a variant: the language model's shape (V2: Mamba, MLP and attention
 layers; Omni: Mamba, MoE and attention layers), static tiles or dynamic resolution, with or
@@ -22,6 +23,7 @@ import dataclasses
 import functools
 import hashlib
 import json
+import math
 import os
 import shutil
 import tempfile
@@ -249,16 +251,35 @@ def _vl_config(spec: ModelSpec) -> VLConfig:
 
 
 def _random_like(name: str, tensor: torch.Tensor, seed: int) -> torch.Tensor:
-    """A random tensor for ``name``, drawn from ``seed`` and the name alone: norms scatter
-    around 1 (variances stay positive), everything else around 0."""
+    """A random tensor for ``name``, drawn from ``seed`` and the name alone, scaled as a trained
+    network's are, so that every layer's output depends on its input in bf16 as in fp32:
+
+    - a weight of two or more dimensions (linear, convolution, embedding) ``N(0, 1 / fan_in)``,
+      ``fan_in`` the product of its dimensions after the first: each layer keeps its input's
+      scale, so the signal reaches the output (a fixed 0.02 shrank it by 10x per layer of
+      Parakeet's subsampling, until the biases swamped it and bf16 rounded it away);
+    - a one-dimensional weight (every one here is a normalisation's scale) ``1 + N(0, 0.01)``;
+      a BatchNorm's running variance ``1 + |N(0, 0.01)|``;
+    - a bias ``N(0, 0.02^2)``: small beside the O(1) activations it is added to;
+    - anything else (Mamba's ``A_log``, ``D``, ``dt_bias``; RADIO's position embeddings and
+      class tokens; Parakeet's relative-position biases; a running mean) ``N(0, 0.1^2)`` in one
+      dimension, ``N(0, 0.02^2)`` in more.
+
+    Norm scales and biases are random too, so a tensor loaded under the wrong name cannot match
+    by accident."""
     if not tensor.is_floating_point():
         return tensor.clone()
     g = torch.Generator().manual_seed(seed * 1_000_003 + zlib.crc32(name.encode()))
     noise = torch.randn(tensor.shape, generator=g, dtype=torch.float32)
     if name.endswith("running_var"):
         return 1.0 + 0.1 * noise.abs()
-    if tensor.dim() == 1 and "norm" in name.lower():
-        return 1.0 + 0.1 * noise
+    if name.endswith(".weight"):
+        if tensor.dim() == 1:
+            return 1.0 + 0.1 * noise
+        fan_in = math.prod(tensor.shape[1:])
+        return noise / math.sqrt(fan_in)
+    if name.endswith(".bias"):
+        return 0.02 * noise
     return noise * (0.1 if tensor.dim() <= 1 else 0.02)
 
 

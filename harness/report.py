@@ -335,33 +335,67 @@ def _reach_section(targets: list[dict[str, Any]]) -> list[str]:
 
 
 def _measured_section(targets: list[dict[str, Any]]) -> list[str]:
-    """Parity with the reference per request form and item: the relative error and its bound
-    (exact where the rows are given or looked up)."""
+    """What the checks measured, by kind: parity with the reference per request form and item
+    (the relative error and its bound; exact where the rows are given or looked up), each
+    path's sensitivity (how many parity bounds apart two inputs' rows are), and the features
+    before the towers (the largest elementwise error per item)."""
     lines: list[str] = []
     for t in targets:
         measured = t.get("measured") or {}
-        if not measured:
-            continue
-        lines += [
-            "",
-            f"Parity of `{t['selector']}` with the reference (relative error per item, bound):",
-            "",
-        ]
+        by_kind: dict[str, list[tuple[str, str, dict[str, Any]]]] = {}
         for check_id, items in sorted(measured.items()):
-            form = check_id.rpartition("[")[2].rstrip("]")
-            parts = []
+            form = check_id.rpartition("[")[2].rstrip("]") if "[" in check_id else check_id
             for item, numbers in items.items():
-                if numbers.get("exact"):
-                    parts.append(f"{item} exact")
-                else:
-                    exact = numbers.get("separator_rows_exact", 0)
-                    parts.append(
-                        f"{item} {numbers['relative_error']:.2e} ≤ {numbers['bound']:.3g} "
-                        f"({numbers['dtype']}"
-                        + (f"; {exact} separator rows exact)" if exact else ")")
-                    )
-            lines.append(f"- {form}: " + ", ".join(parts))
+                kind = numbers.get("kind", "parity")
+                by_kind.setdefault(kind, []).append((form, item, numbers))
+        selector = t["selector"]
+        if "parity" in by_kind:
+            lines += [
+                "",
+                f"Parity of `{selector}` with the reference (relative error per item, bound):",
+                "",
+            ]
+            lines += _parity_lines(by_kind["parity"])
+        if "sensitivity" in by_kind:
+            lines += [
+                "",
+                f"Sensitivity of `{selector}` per path (relative difference of two inputs' rows, "
+                "in parity bounds):",
+                "",
+            ]
+            for _, path, n in by_kind["sensitivity"]:
+                lines.append(
+                    f"- {path}: {n['difference']:.3g} / {n['bound']:.3g} ({n['dtype']}) = "
+                    f"{n['ratio']:.3g}x (at least {n['minimum_ratio']:g}x)"
+                )
+        if "features" in by_kind:
+            lines += [
+                "",
+                f"Features before the towers of `{selector}` against the reference's (largest "
+                "elementwise error; bound atol + rtol |x|):",
+                "",
+            ]
+            for form, item, n in by_kind["features"]:
+                lines.append(
+                    f"- {form} {item}: {n['max_abs_error']:.3g} ({n['dtype']}; atol "
+                    f"{n['atol']:.3g}, rtol {n['rtol']:.3g})"
+                )
     return lines
+
+
+def _parity_lines(entries: list[tuple[str, str, dict[str, Any]]]) -> list[str]:
+    parts: dict[str, list[str]] = {}
+    for form, item, numbers in entries:
+        if numbers.get("exact"):
+            part = f"{item} exact"
+        else:
+            exact = numbers.get("separator_rows_exact", 0)
+            part = (
+                f"{item} {numbers['relative_error']:.2e} ≤ {numbers['bound']:.3g} "
+                f"({numbers['dtype']}" + (f"; {exact} separator rows exact)" if exact else ")")
+            )
+        parts.setdefault(form, []).append(part)
+    return [f"- {form}: " + ", ".join(items) for form, items in parts.items()]
 
 
 def write_report(report: Report, out_dir: Path) -> tuple[Path, Path]:

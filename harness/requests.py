@@ -170,6 +170,17 @@ class RequestItem:
 
 
 @dataclass(frozen=True)
+class ItemFeatures:
+    """What a target's processor hands a tower for one item, before the engine casts it to the
+    model's dtype: the floating features (pixel values, log-mel features) and their masks, by
+    the processor's keyword names, as fp32 or bool tensors."""
+
+    modality: str
+    index: int
+    tensors: dict[str, torch.Tensor]
+
+
+@dataclass(frozen=True)
 class ProcessedRequest:
     """A target's processor output for a request: the expanded prompt and every item's
     placeholder positions, in prompt order (nothing embedded)."""
@@ -268,11 +279,12 @@ def video_file(
     audio_seconds: float | None,
     audio_rate: int = AUDIO_SAMPLE_RATE,
     audio_channels: Literal[1, 2] = 1,
+    tone_hz: float = 440.0,
 ) -> VideoFile:
     """A Matroska file made with PyAV: ``num_frames`` noise frames at 2 fps (MPEG-4 Part 2) and,
-    unless ``audio_seconds`` is None, a 440 Hz tone of that length (16-bit PCM at ``audio_rate``;
-    mono by default, decoded sample for sample at :data:`AUDIO_SAMPLE_RATE`; with two channels,
-    the tone in both); its frames decoded back."""
+    unless ``audio_seconds`` is None, a ``tone_hz`` tone of that length (16-bit PCM at
+    ``audio_rate``; mono by default, decoded sample for sample at :data:`AUDIO_SAMPLE_RATE`;
+    with two channels, the tone in both); its frames decoded back."""
     import av
 
     if audio_channels not in (1, 2):
@@ -296,7 +308,7 @@ def video_file(
         if audio is not None and audio_seconds is not None:
             samples = round(audio_seconds * audio_rate)
             t = np.arange(samples) / audio_rate
-            tone = (0.3 * 32767 * np.sin(2 * np.pi * 440.0 * t)).astype(np.int16)
+            tone = (0.3 * 32767 * np.sin(2 * np.pi * tone_hz * t)).astype(np.int16)
             # Packed 16-bit PCM: the channels' samples interleaved in one row.
             pcm = np.repeat(tone, audio_channels)[None]
             for start in range(0, samples, 1024):
@@ -314,9 +326,10 @@ def video_file(
     return VideoFile(np.stack(decoded), float(fps), tuple(range(len(decoded))), data, audio_seconds)
 
 
-def video_file_with_audio(seconds: float, seed: int) -> VideoFile:
-    """A two-frame 64 x 64 video file whose audio track lasts ``seconds``."""
-    return video_file(2, 64, 64, seed, audio_seconds=seconds)
+def video_file_with_audio(seconds: float, seed: int, tone_hz: float = 440.0) -> VideoFile:
+    """A two-frame 64 x 64 video file whose audio track, a ``tone_hz`` tone, lasts
+    ``seconds``."""
+    return video_file(2, 64, 64, seed, audio_seconds=seconds, tone_hz=tone_hz)
 
 
 def video_file_without_audio(seed: int) -> VideoFile:
@@ -500,3 +513,66 @@ REQUEST_FORMS: tuple[RequestForm, ...] = (
     RequestForm("videos-audio-in-video-one-silent", STATIC, _videos_audio_in_video_one_silent),
 )
 FORMS_BY_NAME = {form.name: form for form in REQUEST_FORMS}
+
+
+# ---------------------------------------------------------------------------------------------
+# Pairs of requests that differ in content only
+
+
+@dataclass(frozen=True)
+class ContentPair:
+    """Two requests down one path of the model: the same prompt, the same item sizes and so the
+    same placeholders, different content (``build(spec, variant)`` for variants 0 and 1). A
+    path whose output does not move between them cannot fail a parity check for a bug in it.
+
+    ``modality``: the items whose rows the path computes (a video file's audio track: audio).
+    """
+
+    path: str
+    spec: ModelSpec
+    modality: RequestModality
+    build: Callable[[ModelSpec, int], Request]
+
+    @functools.cached_property
+    def requests(self) -> tuple[Request, Request]:
+        return self.build(self.spec, 0), self.build(self.spec, 1)
+
+
+def _one_image(spec: ModelSpec, variant: int) -> Request:
+    # A 2 x 1 grid of tiles and the thumbnail (static), a 6 x 4 patch grid (dynamic).
+    size = (100, 150) if spec.dynamic_resolution else (70, 140)
+    return Request("Look: <image>.", images=[pil_image(*size, seed=40 + variant)])
+
+
+def _one_video(spec: ModelSpec, variant: int) -> Request:
+    return Request("Watch <video>.", videos=[video_clip(4, 64, 64, seed=42 + variant)])
+
+
+def _one_video_of_scenes(spec: ModelSpec, variant: int) -> Request:
+    # EVS keeps the same groups of both (the scenes repeat in the same places).
+    return Request("Watch <video>.", videos=[video_of_scenes("ABBCCC", 64, 64, seed=44 + variant)])
+
+
+def _one_audio(spec: ModelSpec, variant: int) -> Request:
+    return Request("Hear <so_embedding>.", audios=[audio_clip(1.0, seed=46 + variant)])
+
+
+def _one_video_file_track(spec: ModelSpec, variant: int) -> Request:
+    # The same frames; the track a 440 Hz or a 620 Hz tone.
+    video = video_file_with_audio(2.0, 48, tone_hz=(440.0, 620.0)[variant])
+    return Request("Watch <video>.", videos=[video], audio_in_video=True)
+
+
+CONTENT_PAIRS: tuple[ContentPair, ...] = (
+    ContentPair("image-static", STATIC, "image", _one_image),
+    ContentPair("image-dynamic", DYNAMIC, "image", _one_image),
+    ContentPair("image-mtp", MTP, "image", _one_image),
+    ContentPair("video-t1", STATIC, "video", _one_video),
+    ContentPair("video-t2", TEMPORAL_2, "video", _one_video),
+    ContentPair("video-evs", EVS_T1, "video", _one_video_of_scenes),
+    ContentPair("audio-hop-160", STATIC, "audio", _one_audio),
+    ContentPair("audio-hop-128", HOP_128, "audio", _one_audio),
+    ContentPair("audio-no-conv-bias", NO_CONV_BIAS, "audio", _one_audio),
+    ContentPair("audio-in-video", STATIC, "audio", _one_video_file_track),
+)
+PAIRS_BY_PATH = {pair.path: pair for pair in CONTENT_PAIRS}

@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 
 from harness.checkpoint import ModelSpec
-from harness.requests import ProcessedRequest, Request, RequestResult
+from harness.requests import ItemFeatures, ProcessedRequest, Request, RequestResult
 from reference_impl.config import NemotronHConfig
 
 #: How a check reaches its target, as the report shows it.
@@ -241,6 +241,19 @@ class MultimodalModel(abc.ABC):
         makes the model's inputs (through its processor cache when ``cached``), its batching
         groups them, ``embed_multimodal`` embeds each batch. Whatever a step raises propagates;
         an input the target does not implement raises :class:`NotImplementedByTarget`."""
+
+    @abc.abstractmethod
+    def request_features(self, request: Request) -> list[ItemFeatures]:
+        """The features the target's processor makes of each media item of ``request`` for its
+        towers (in prompt order, embeddings given in the request apart), in fp32: before the
+        engine's cast to the model's dtype, so that a front-end difference is not lost in it."""
+
+    @abc.abstractmethod
+    def connect(self, features: torch.Tensor, grid: tuple[int, int]) -> torch.Tensor:
+        """The target's connector alone on vision features: ``[n, gh*gw, C]`` patch features of
+        ``n`` static tiles of ``grid = (gh, gw)`` patches, as the vision tower would hand them
+        over, to the ``[n, gh*gw/4, h]`` rows the model gives the language model (the
+        connector's own code path, the vision tower's output replaced by ``features``)."""
 
     def embed_prompt(
         self,

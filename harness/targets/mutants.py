@@ -9,6 +9,7 @@ catch the regression class.
 :data:`FAULTS` are mutants of another kind: not an upstream bug, but a fault no harness may be
 stalled, passed or taken down by (a loop, an early exit, a segfault, unbounded allocation, an
 exception at import, a syntax error); the harness's own tests run the main job on each.
+:data:`FRONT_END` are bugs in the audio front end that the features check must see.
 
 Command line: ``python -m harness.targets.mutants NAME DEST_DIR`` writes the mutant under
 ``DEST_DIR/<the file's path under site-packages>`` and prints the ``--target`` value.
@@ -403,6 +404,52 @@ FAULTS: dict[str, Mutation] = {
 }
 
 
+#: Mutants of another kind again: not an upstream bug, but a bug in the audio front end (vLLM's
+#: ``ParakeetExtractor``) of the sort the features check (``suites/conformance/test_features.py``)
+#: exists to see before a tower's rounding hides it. ``suites/harness/test_front_end_mutants.py``
+#: proves each fails it, on the audio forms, and that the unmutated file passes.
+FRONT_END: dict[str, Mutation] = {
+    m.name: m
+    for m in (
+        Mutation(
+            name="stft-window-periodic",
+            upstream="none (front-end proof)",
+            description="the STFT's Hann window periodic instead of symmetric",
+            pattern=r"torch\.hann_window\(win_length, periodic=False, device=device\)",
+            replacement="torch.hann_window(win_length, periodic=True, device=device)",
+            file=PARAKEET_FILE,
+        ),
+        Mutation(
+            name="mel-scale-htk",
+            upstream="none (front-end proof)",
+            description="the mel filter bank on the HTK mel scale instead of Slaney's",
+            pattern=r'^(?P<indent>[ \t]+)mel_scale="slaney",$',
+            replacement=r'\g<indent>mel_scale="htk",',
+            file=PARAKEET_FILE,
+        ),
+        Mutation(
+            name="normalisation-biased-variance",
+            upstream="none (front-end proof)",
+            description="each bin's variance over time divided by n instead of n - 1",
+            pattern=r"^(?P<indent>[ \t]+)lengths - 1\n(?P<close>[ \t]+\)\.unsqueeze\(-1\))",
+            replacement=r"\g<indent>lengths\n\g<close>",
+            file=PARAKEET_FILE,
+        ),
+        Mutation(
+            name="padding-mask-one-frame-long",
+            upstream="none (front-end proof)",
+            description=(
+                "the feature mask one frame long (<= for <): a frame past the audio enters the "
+                "statistics and the features"
+            ),
+            pattern=r"^(?P<indent>[ \t]+)< features_lengths\[:, None\]$",
+            replacement=r"\g<indent><= features_lengths[:, None]",
+            file=PARAKEET_FILE,
+        ),
+    )
+}
+
+
 def installed_file(relative: Path) -> Path:
     """An installed file of vLLM, by its path relative to site-packages (``vllm/...``)."""
     spec = importlib.util.find_spec("vllm")
@@ -417,7 +464,7 @@ def installed_model_file() -> Path:
 
 def write_mutant(name: str, dest_dir: Path) -> Path:
     """Write mutant ``name`` under ``dest_dir`` at its file's path; return the file."""
-    known = MUTATIONS | FAULTS
+    known = MUTATIONS | FAULTS | FRONT_END
     if name not in known:
         raise MutationError(f"mutant: expected one of {sorted(known)}, got {name!r}")
     mutation = known[name]
@@ -430,7 +477,7 @@ def write_mutant(name: str, dest_dir: Path) -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("name", choices=sorted(MUTATIONS | FAULTS))
+    parser.add_argument("name", choices=sorted(MUTATIONS | FAULTS | FRONT_END))
     parser.add_argument("dest_dir", type=Path)
     args = parser.parse_args(argv)
     try:

@@ -9,15 +9,20 @@ computes in:
   and a video's separator rows (the token embedding of its frame-separator text; the folder's
   weights are bf16, so fp32 and bf16 look-ups agree exactly);
 - rows the towers compute (vision, audio): relative Frobenius error per item at most
-  :data:`FP32_BOUND` when the target returns fp32, :data:`BF16_BOUND` when it returns bf16.
+  :data:`harness.parity.FP32_BOUND` when the target returns fp32, :data:`~harness.parity.BF16_BOUND`
+  when it returns bf16.
   vLLM builds the folder in its ``torch_dtype`` (bf16) and casts three times on top: pixels to
   ``config.dtype`` in its processing context, the ViT features before the norm and pixel
   shuffle, and Parakeet's output before the projection. bf16 keeps 8 significant bits (unit
   roundoff u = 2^-8 ~ 3.9e-3); every op of the RADIO blocks and the connector rounds once, and
   the errors of a 12-block tower add up like a random walk of a few hundred roundings of
-  partially cancelling sign: measured 1.2 to 1.5 % on this folder. The bound, 16u = 6.25 %,
+  partially cancelling sign: measured 0.4 to 1.5 % on these folders. The bound, 16u = 6.25 %,
   leaves 4x headroom; an implementation error (a wrong norm, shuffle order or crop) moves the
   rows by their own size (100 % and more).
+
+The connector alone (pixel shuffle and ``mlp1`` on the same vision features) is compared the same
+way, so a connector bug is told apart from a tower's. The bounds mean something only where a
+path's rows depend on its input: ``test_sensitivity.py`` checks that they do.
 
 Each check records what it measured (``measured`` in the results).
 """
@@ -27,16 +32,14 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness.checkpoint import checkpoint_weights
+from harness.checkpoint import ModelSpec, checkpoint_weights
+from harness.parity import parity_bound, relative_error, table_rows
 from harness.requests import FORMS_BY_NAME, REQUEST_FORMS
 from harness.targets.reference.target import ReferenceTarget
 from reference_impl.tokenizer import IMG_CONTEXT, shared_tokenizer
 from suites.conformance.test_requests import EMBEDDING_TABLE
 
 pytestmark = pytest.mark.concern("requests")
-
-FP32_BOUND = 1e-4
-BF16_BOUND = 16 * 2.0**-8
 
 
 @pytest.fixture(scope="module")
@@ -48,16 +51,6 @@ def reference_runs(target, device):
     from harness.pytest_target import RequestRuns
 
     return RequestRuns(ReferenceTarget(), torch.device("cpu"))
-
-
-def relative_error(actual: torch.Tensor, expected: torch.Tensor) -> float:
-    e = expected.double()
-    return float((actual.double().cpu() - e).norm() / e.norm().clamp_min(1e-30))
-
-
-def _table_rows(rows: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
-    """``[n]`` bool: which of ``rows`` are, bit for bit, rows of the embedding ``table``."""
-    return (rows.to(table.dtype)[:, None, :] == table[None, :, :]).all(-1).any(-1)
 
 
 @pytest.mark.parametrize("form", [f.name for f in REQUEST_FORMS])
@@ -80,6 +73,9 @@ def test_request_matches_the_reference(request_runs, reference_runs, form, recor
             assert torch.equal(got, want), f"{name}: the given embeddings differ"
             measured[name] = {"exact": True}
             continue
+        assert got.shape == want.shape, (
+            f"{name}: rows shaped {tuple(got.shape)}, the reference's {tuple(want.shape)}"
+        )
         tokens = torch.tensor([actual.prompt_token_ids[p] for p in item.positions])
         if item.modality != "video":
             computed = torch.ones_like(tokens, dtype=torch.bool)
@@ -89,13 +85,13 @@ def test_request_matches_the_reference(request_runs, reference_runs, form, recor
             # EVS: the prompt holds every kept token after the first separator (only the total
             # is known before embedding); the model lays each group's kept rows after its own.
             # The separator rows are then where the reference's rows are token embeddings.
-            computed = ~_table_rows(want, checkpoint_weights(spec)[EMBEDDING_TABLE])
+            computed = ~table_rows(want, checkpoint_weights(spec)[EMBEDDING_TABLE])
         text = ~computed
         if text.any():
             assert torch.equal(got[text], want[text].to(got.dtype)), (
                 f"{name}: separator rows (token embeddings) differ from the reference's"
             )
-        bound = BF16_BOUND if got.dtype == torch.bfloat16 else FP32_BOUND
+        bound = parity_bound(got.dtype)
         error = relative_error(got[computed], want[computed])
         measured[name] = {
             "dtype": str(got.dtype).removeprefix("torch."),
@@ -108,3 +104,32 @@ def test_request_matches_the_reference(request_runs, reference_runs, form, recor
             f"{got.dtype}"
         )
     record_property("measured", measured)
+
+
+@pytest.mark.concern("model")
+def test_connector_matches_the_reference(make_model, reference_runs, record_property):
+    """Pixel shuffle and ``mlp1`` on the same vision features (bf16-representable, so every
+    target starts from the same numbers) against the reference's connector."""
+    from suites.conformance.test_sensitivity import CONNECTOR_GRID, connector_features
+
+    features = connector_features(seed=51)
+    got = make_model().connect(features, CONNECTOR_GRID)
+    reference = reference_runs.target.model(ModelSpec(), torch.device("cpu"))
+    want = reference.connect(features, CONNECTOR_GRID)
+    assert got.shape == want.shape, (
+        f"connector rows {tuple(got.shape)}, reference's {tuple(want.shape)}"
+    )
+    error, bound = relative_error(got, want), parity_bound(got.dtype)
+    record_property(
+        "measured",
+        {
+            "connector": {
+                "dtype": str(got.dtype).removeprefix("torch."),
+                "relative_error": float(f"{error:.3g}"),
+                "bound": bound,
+            }
+        },
+    )
+    assert error <= bound, (
+        f"connector: relative error {error:.3g} against the reference, bound {bound:.3g}"
+    )

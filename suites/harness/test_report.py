@@ -355,3 +355,56 @@ def test_self_consistency_checks_are_labelled(tmp_path):
     assert "| `test_routing.py::test_unrelated_kwargs_are_ignored` | pass [real model] " in markdown
     assert "(self-consistency) |" in markdown
     assert "Self-consistency checks (1)" in markdown
+
+
+def test_what_checks_measured_is_listed_by_kind():
+    """Parity, sensitivity and features numbers each get their own list in the report, with
+    the numbers the checks recorded (hand-written here)."""
+    document = results(
+        "vllm",
+        (
+            "suites/conformance/test_parity.py::test_request_matches_the_reference[audios]",
+            "pass",
+            "",
+        ),
+        (
+            "suites/conformance/test_sensitivity.py::test_rows_depend_on_the_input[audio-hop-160]",
+            "pass",
+            "",
+        ),
+        (
+            "suites/conformance/test_features.py::test_features_match_the_reference[audios]",
+            "pass",
+            "",
+        ),
+    )
+    parity, sensitivity, features = document["checks"]
+    parity["measured"] = {
+        "audio[0]": {"dtype": "bfloat16", "relative_error": 0.0041, "bound": 0.0625}
+    }
+    sensitivity["measured"] = {
+        "audio-hop-160": {
+            "kind": "sensitivity",
+            "dtype": "bfloat16",
+            "difference": 0.603,
+            "bound": 0.0625,
+            "ratio": 9.65,
+            "minimum_ratio": 4.0,
+        }
+    }
+    features["measured"] = {
+        "audio[0] input_audio_features": {
+            "kind": "features",
+            "dtype": "float32",
+            "max_abs_error": 2.15e-06,
+            "atol": 0.0001,
+            "rtol": 1e-05,
+        }
+    }
+    validate(document, RESULTS_SCHEMA)
+    md = render_markdown(report_of([TargetRun("vllm", 0, document)]))
+    assert "- audios: audio[0] 4.10e-03 ≤ 0.0625 (bfloat16)" in md
+    assert "- audio-hop-160: 0.603 / 0.0625 (bfloat16) = 9.65x (at least 4x)" in md
+    assert (
+        "- audios audio[0] input_audio_features: 2.15e-06 (float32; atol 0.0001, rtol 1e-05)" in md
+    )

@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from harness.checkpoint import ModelSpec
-from harness.requests import ProcessedRequest, Request, RequestResult
+from harness.requests import ItemFeatures, ProcessedRequest, Request, RequestResult
 from harness.targets.base import EncoderCalls, MultimodalModel, ParsedModality
 from harness.targets.reference import requests
 from reference_impl.lora import LoRAContext, LoRAEmbedding
@@ -59,6 +59,14 @@ class ReferenceModel(MultimodalModel):
     def run_request(self, request: Request, *, cached: bool = False) -> RequestResult:
         # The reference processor keeps no cache: cached and uncached runs are the same run.
         return requests.run(self.multimodal, request)
+
+    def request_features(self, request: Request) -> list[ItemFeatures]:
+        return requests.features(self.multimodal, request)
+
+    def connect(self, features: torch.Tensor, grid: tuple[int, int]) -> torch.Tensor:
+        with torch.no_grad():
+            out: torch.Tensor = self.multimodal.connector(features.to(self.device), grid)
+        return out
 
     def _merge(
         self, ids: torch.Tensor, embeddings: list[torch.Tensor], is_multimodal: torch.Tensor

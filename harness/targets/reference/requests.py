@@ -12,6 +12,7 @@ import torch
 from harness.requests import (
     AUDIO_SAMPLE_RATE,
     Batch,
+    ItemFeatures,
     ProcessedRequest,
     Request,
     RequestItem,
@@ -112,3 +113,38 @@ def run(model: NanoNemotronVLModel, request: Request) -> RequestResult:
     items = _items(processed)
     embeddings = [embedded[(item.modality, item.index)] for item in items]
     return RequestResult(processed.input_ids, items, embeddings, batches)
+
+
+#: Each modality's per-item features and the count that splits them into items (dynamic
+#: resolution's pixels come as a list, one entry per image, and need no split).
+_ITEM_FEATURES: dict[str, tuple[tuple[str, ...], str]] = {
+    "image": (("pixel_values_flat",), "image_num_patches"),
+    "video": (("pixel_values_flat_video",), "video_num_patches"),
+    "audio": (("input_audio_features", "feature_attention_mask"), "audio_num_clips"),
+}
+
+
+def features(model: NanoNemotronVLModel, request: Request) -> list[ItemFeatures]:
+    """The reference processor's features of each media item, in prompt order."""
+    processed = _processed(model, request)
+    kwargs = processed.mm_kwargs
+    per_item: dict[tuple[str, int], dict[str, torch.Tensor]] = {}
+    for modality, (keys, count_key) in _ITEM_FEATURES.items():
+        for key in keys:
+            value = kwargs.get(key)
+            if value is None:
+                continue
+            if isinstance(value, list):  # dynamic resolution: one tensor per image
+                parts = list(value)
+            else:
+                counts = kwargs[count_key]
+                assert isinstance(value, torch.Tensor)
+                assert isinstance(counts, list | torch.Tensor), f"{count_key}: {counts!r}"
+                parts = list(torch.split(value, [int(n) for n in counts]))
+            for index, part in enumerate(parts):
+                per_item.setdefault((modality, index), {})[key] = part
+    return [
+        ItemFeatures(item.modality, item.index, per_item[(item.modality, item.index)])
+        for item in _items(processed)
+        if (item.modality, item.index) in per_item
+    ]

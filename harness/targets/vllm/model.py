@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 from harness.checkpoint import ModelSpec
-from harness.requests import ProcessedRequest, Request, RequestResult
+from harness.requests import ItemFeatures, ProcessedRequest, Request, RequestResult
 from harness.targets.base import EncoderCalls, MultimodalModel, ParsedModality
 from harness.targets.vllm.requests import VllmRequestPath
 
@@ -41,6 +41,34 @@ class VllmModel(MultimodalModel):
 
     def run_request(self, request: Request, *, cached: bool = False) -> RequestResult:
         return self.request_path.run(request, cached=cached)
+
+    def request_features(self, request: Request) -> list[ItemFeatures]:
+        return self.request_path.features(request)
+
+    def connect(self, features: torch.Tensor, grid: tuple[int, int]) -> torch.Tensor:
+        """vLLM's ``extract_feature`` (its pixel shuffle and ``mlp1``, the MTP layer norm where
+        the checkpoint has one) on blank tiles, with the vision tower's output replaced by
+        ``features`` through a forward hook."""
+        n = features.shape[0]
+        patch = self.spec.patch_size
+        blank = torch.zeros(n, 3, grid[0] * patch, grid[1] * patch, dtype=self.input_dtype)
+
+        def replace(module: Any, args: tuple[Any, ...], output: Any) -> Any:
+            summary, patches = output
+            if tuple(patches.shape) != tuple(features.shape):
+                raise ValueError(
+                    f"connect: features: expected the tower's shape {tuple(patches.shape)}, "
+                    f"got {tuple(features.shape)}"
+                )
+            return summary, features.to(patches.dtype)
+
+        handle = self.model.vision_model.register_forward_hook(replace)
+        try:
+            with self._current_config(), torch.no_grad():
+                out: torch.Tensor = self.model.extract_feature(blank)
+        finally:
+            handle.remove()
+        return out
 
     def _merge(
         self, ids: torch.Tensor, embeddings: list[torch.Tensor], is_multimodal: torch.Tensor

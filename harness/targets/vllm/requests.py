@@ -20,11 +20,27 @@ next to its embedding, and the suites check they agree.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import torch
 
-from harness.requests import Batch, ProcessedRequest, Request, RequestItem, RequestResult
+from harness.requests import (
+    Batch,
+    ItemFeatures,
+    ProcessedRequest,
+    Request,
+    RequestItem,
+    RequestResult,
+)
+
+#: The processor outputs a tower reads as features (floating) and their masks.
+FEATURE_KEYS = (
+    "pixel_values_flat",
+    "pixel_values_flat_video",
+    "input_audio_features",
+    "feature_attention_mask",
+)
 
 
 class VllmRequestPath:
@@ -49,6 +65,36 @@ class VllmRequestPath:
             hf_processor_mm_kwargs=request.processor_kwargs(),
             cache=self.cache if cached else None,
         )
+
+    @functools.cached_property
+    def uncast_processor(self) -> Any:
+        """Another processor vLLM's registry makes for the same config, with the one step of
+        its processing context that casts floating outputs to the model's dtype
+        (``_postprocess_output``, which also moves tensors to the CPU, where they are already)
+        left out: its features are the HF processor's, in fp32. Its context is its own."""
+        from vllm.multimodal import MULTIMODAL_REGISTRY
+
+        processor = MULTIMODAL_REGISTRY.create_processor(self.vllm_config.model_config)
+        context = processor.info.ctx
+        assert context is not self.processor.info.ctx, "the registry shared a processing context"
+        # The context is a frozen dataclass.
+        object.__setattr__(context, "_postprocess_output", lambda output: output)
+        return processor
+
+    def features(self, request: Request) -> list[ItemFeatures]:
+        """The processor's features of each media item, in prompt order, before the cast."""
+        processor = self.uncast_processor
+        items = processor.info.parse_mm_data(request.multi_modal_data())
+        processed = processor(
+            request.prompt, items, hf_processor_mm_kwargs=request.processor_kwargs()
+        )
+        found = []
+        for _, modality, index, _ in _in_prompt_order(processed):
+            item = processed["mm_kwargs"][modality][index]
+            tensors = {key: item[key].data for key in FEATURE_KEYS if key in item}
+            if tensors:
+                found.append(ItemFeatures(modality, index, tensors))
+        return found
 
     def prompt(self, request: Request) -> ProcessedRequest:
         processed = self.process(request)

@@ -1,0 +1,58 @@
+"""The features check sees the audio front end: each :data:`harness.targets.mutants.FRONT_END`
+mutant of vLLM's ``ParakeetExtractor`` (the window, the mel filter bank, the normalisation, the
+padding mask), written at test time, fails ``test_features.py`` on every audio form, for a
+feature out of its bound or of the reference's shape; the installed file passes.
+
+The runs share one vLLM import: each is a fork of this process (:mod:`harness.mutation.runner`).
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from harness.mutation.runner import SuiteJob, SuiteRun, preload, run_many
+from harness.targets.mutants import FRONT_END, write_mutant
+from suites.harness.helpers import needs_vllm
+
+pytestmark = [needs_vllm, pytest.mark.vllm, pytest.mark.slow]
+
+FEATURES = "suites/conformance/test_features.py"
+#: The request forms whose items carry audio features from audio items (the tracks of video
+#: files are pinned deviations of the unmutated vLLM: see fixtures/deviations/vllm.toml).
+AUDIO_FORMS = ("audios", "audios-hop-128", "audios-no-conv-bias", "mixed")
+CHECKS = [f"{FEATURES}::test_features_match_the_reference[{form}]" for form in AUDIO_FORMS]
+UNMUTATED = "installed"
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, SuiteRun]:
+    base = tmp_path_factory.mktemp("front-end")
+    jobs = [SuiteJob(UNMUTATED, "vllm", tuple(CHECKS), base / UNMUTATED)]
+    for name in FRONT_END:
+        target = f"vllm-file:{write_mutant(name, base / name / 'src')}"
+        jobs.append(SuiteJob(name, target, tuple(CHECKS), base / name))
+    preload(vllm=True)
+    return {run.key: run for run in run_many(jobs, parallel=min(2, os.cpu_count() or 1))}
+
+
+def test_the_installed_front_end_passes(runs):
+    run = runs[UNMUTATED]
+    assert not run.problems, f"{run.problems}\n{run.output[-3000:]}"
+    assert run.outcomes("pass") == set(CHECKS), run.output[-3000:]
+
+
+@pytest.mark.parametrize("name", sorted(FRONT_END))
+def test_a_front_end_bug_fails_the_features_check(runs, name):
+    run = runs[name]
+    assert not run.problems, f"{name}: {run.problems}\n{run.output[-3000:]}"
+    assert run.outcomes("fail") == set(CHECKS), (
+        f"{name} ({FRONT_END[name].description}) passes: "
+        f"{sorted(set(CHECKS) - run.outcomes('fail'))}"
+    )
+    for check in CHECKS:
+        reason = run.outcome(check)["reason"]
+        assert "input_audio_features" in reason or "feature_attention_mask" in reason, (
+            f"{name}: {check} failed for another reason: {reason}"
+        )
