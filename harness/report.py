@@ -8,7 +8,7 @@ summaries), including each target's identity (name, version, file hashes) and kn
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -335,51 +335,22 @@ def _reach_section(targets: list[dict[str, Any]]) -> list[str]:
 
 
 def _measured_section(targets: list[dict[str, Any]]) -> list[str]:
-    """What the checks measured, by kind: parity with the reference per request form and item
-    (the relative error and its bound; exact where the rows are given or looked up), each
-    path's sensitivity (how many parity bounds apart two inputs' rows are), and the features
-    before the towers (the largest elementwise error per item)."""
+    """What the checks measured, by kind (:data:`_MEASURED_KINDS`)."""
     lines: list[str] = []
     for t in targets:
-        measured = t.get("measured") or {}
         by_kind: dict[str, list[tuple[str, str, dict[str, Any]]]] = {}
-        for check_id, items in sorted(measured.items()):
-            form = check_id.rpartition("[")[2].rstrip("]") if "[" in check_id else check_id
+        for check_id, items in sorted((t.get("measured") or {}).items()):
+            # A parametrised check by its parameter (the request form), another by its name.
+            form = (
+                check_id.rpartition("[")[2].rstrip("]")
+                if check_id.endswith("]")
+                else check_id.rpartition("::")[2]
+            )
             for item, numbers in items.items():
-                kind = numbers.get("kind", "parity")
-                by_kind.setdefault(kind, []).append((form, item, numbers))
-        selector = t["selector"]
-        if "parity" in by_kind:
-            lines += [
-                "",
-                f"Parity of `{selector}` with the reference (relative error per item, bound):",
-                "",
-            ]
-            lines += _parity_lines(by_kind["parity"])
-        if "sensitivity" in by_kind:
-            lines += [
-                "",
-                f"Sensitivity of `{selector}` per path (relative difference of two inputs' rows, "
-                "in parity bounds):",
-                "",
-            ]
-            for _, path, n in by_kind["sensitivity"]:
-                lines.append(
-                    f"- {path}: {n['difference']:.3g} / {n['bound']:.3g} ({n['dtype']}) = "
-                    f"{n['ratio']:.3g}x (at least {n['minimum_ratio']:g}x)"
-                )
-        if "features" in by_kind:
-            lines += [
-                "",
-                f"Features before the towers of `{selector}` against the reference's (largest "
-                "elementwise error; bound atol + rtol |x|):",
-                "",
-            ]
-            for form, item, n in by_kind["features"]:
-                lines.append(
-                    f"- {form} {item}: {n['max_abs_error']:.3g} ({n['dtype']}; atol "
-                    f"{n['atol']:.3g}, rtol {n['rtol']:.3g})"
-                )
+                by_kind.setdefault(numbers.get("kind", "parity"), []).append((form, item, numbers))
+        for kind, heading, render in _MEASURED_KINDS:
+            if kind in by_kind:
+                lines += ["", heading.format(f"`{t['selector']}`"), "", *render(by_kind[kind])]
     return lines
 
 
@@ -396,6 +367,47 @@ def _parity_lines(entries: list[tuple[str, str, dict[str, Any]]]) -> list[str]:
             )
         parts.setdefault(form, []).append(part)
     return [f"- {form}: " + ", ".join(items) for form, items in parts.items()]
+
+
+def _sensitivity_lines(entries: list[tuple[str, str, dict[str, Any]]]) -> list[str]:
+    return [
+        f"- {path}: {n['difference']:.3g} / {n['bound']:.3g} ({n['dtype']}) = {n['ratio']:.3g}x "
+        f"(at least {n['minimum_ratio']:g}x)"
+        for _, path, n in entries
+    ]
+
+
+def _feature_lines(entries: list[tuple[str, str, dict[str, Any]]]) -> list[str]:
+    return [
+        f"- {form} {item}: {n['max_abs_error']:.3g} ({n['dtype']}; atol {n['atol']:.3g}, "
+        f"rtol {n['rtol']:.3g})"
+        for form, item, n in entries
+    ]
+
+
+#: Each kind of measured numbers (a measured entry's ``kind``; parity when it has none): its
+#: heading and how its entries are listed.
+_MEASURED_KINDS: tuple[
+    tuple[str, str, Callable[[list[tuple[str, str, dict[str, Any]]]], list[str]]], ...
+] = (
+    (
+        "parity",
+        "Parity of {} with the reference (relative error per item, bound; exact where the rows "
+        "are given or looked up):",
+        _parity_lines,
+    ),
+    (
+        "sensitivity",
+        "Sensitivity of {} per path (relative difference of two inputs' rows, in parity bounds):",
+        _sensitivity_lines,
+    ),
+    (
+        "features",
+        "Features before the towers of {} against the reference's (largest elementwise error; "
+        "bound atol + rtol |x|):",
+        _feature_lines,
+    ),
+)
 
 
 def write_report(report: Report, out_dir: Path) -> tuple[Path, Path]:

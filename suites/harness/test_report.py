@@ -377,8 +377,12 @@ def test_what_checks_measured_is_listed_by_kind():
             "pass",
             "",
         ),
+        ("suites/conformance/test_parity.py::test_connector_matches_the_reference", "pass", ""),
     )
-    parity, sensitivity, features = document["checks"]
+    parity, sensitivity, features, connector = document["checks"]
+    connector["measured"] = {
+        "connector": {"dtype": "bfloat16", "relative_error": 0.0047, "bound": 0.0625}
+    }
     parity["measured"] = {
         "audio[0]": {"dtype": "bfloat16", "relative_error": 0.0041, "bound": 0.0625}
     }
@@ -404,6 +408,7 @@ def test_what_checks_measured_is_listed_by_kind():
     validate(document, RESULTS_SCHEMA)
     md = render_markdown(report_of([TargetRun("vllm", 0, document)]))
     assert "- audios: audio[0] 4.10e-03 ≤ 0.0625 (bfloat16)" in md
+    assert "- test_connector_matches_the_reference: connector 4.70e-03 ≤ 0.0625" in md
     assert "- audio-hop-160: 0.603 / 0.0625 (bfloat16) = 9.65x (at least 4x)" in md
     assert (
         "- audios audio[0] input_audio_features: 2.15e-06 (float32; atol 0.0001, rtol 1e-05)" in md
