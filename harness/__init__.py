@@ -4,7 +4,8 @@
   ``pytest_deviations`` (known deviations as strict xfails), ``pytest_results`` (results JSON)
   and ``pytest_checkpoints`` (one set of checkpoint folders per run).
 - ``targets``: the implementations under test behind one small interface.
-- ``checkpoint``: tiny checkpoint folders written from the reference; ``shared_checkpoints``:
+- ``checkpoint``: tiny checkpoint folders written from the reference; ``lora_adapters``: LoRA
+  adapter folders for them, as PEFT saves them; ``shared_checkpoints``:
   one run's folders shared by every process; ``weight_streams``: tensors streamed as loaders
   stream them.
 - ``requests``: a user's multimodal request and what an engine makes of it; ``model_kwargs``:

@@ -10,7 +10,7 @@ Written from the published architecture brief; no vLLM imports, no pytest. One f
 - ``nemotron_h``: the hybrid language model (one mixer per pattern letter); ``ssd``: the Mamba2
   scan; ``layers``: small shared blocks; ``mamba_state``: one sequence's Mamba state shape and
   dtype from a config; ``weights``: loading NemotronH weights; ``lora``: LoRA on the language
-  model only.
+  model only; ``adapters``: LoRA adapter folders as PEFT saves them.
 - ``radio``: the RADIO vision tower; ``audio``: features and the Parakeet tower; ``connector``:
   pixel shuffle and ``mlp1``; ``evs``: EVS video pruning; ``media``: a video file's audio
   track (PyAV).

@@ -14,6 +14,7 @@ tower get no LoRA.
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -51,10 +52,11 @@ class LoRAAdapter:
     rank: int
     alpha: float
     weights: Mapping[str, tuple[torch.Tensor, torch.Tensor]]
+    use_rslora: bool = False  # rank-stabilised LoRA: the delta scaled by alpha / sqrt(r)
 
     @property
     def scaling(self) -> float:
-        return self.alpha / self.rank
+        return self.alpha / (math.sqrt(self.rank) if self.use_rslora else self.rank)
 
     @property
     def trains_embeddings(self) -> bool:
@@ -189,10 +191,11 @@ class LoRAModel:
         self.context.set(slots)
 
     def load(self, adapter: LoRAAdapter) -> int:
-        """Put ``adapter`` in the next free slot; every module name must be a wrapped layer
+        """Put ``adapter`` in the first free slot; every module name must be a wrapped layer
         (or a slice of a packed one)."""
-        slot = len(self.adapters)
         capacity = next(iter(self.wrappers.values())).lora_a.shape[0]
+        taken = set(self.adapters.values())
+        slot = next((s for s in range(capacity) if s not in taken), capacity)
         if slot >= capacity:
             raise LoRAError(f"adapters: at most {capacity} slots, {adapter.name!r} is one more")
         max_rank = next(iter(self.wrappers.values())).lora_a.shape[1]
@@ -202,8 +205,9 @@ class LoRAModel:
         for name, (a, b) in adapter.weights.items():
             if name.startswith(TOWER_PREFIXES) or ".vision_model." in name:
                 raise LoRAError(
-                    f"{adapter.name}: {name}: LoRA covers the language model only "
-                    "(not the vision tower, the connector or the audio tower)"
+                    f"{adapter.name}: target module {name}: expected a module of the language "
+                    "model (LoRA covers the language model only, not the vision tower, the "
+                    "connector or the audio tower), got a module of a tower"
                 )
             parent, _, leaf = name.rpartition(".")
             owner = next((p for p, parts in PACKED_MODULES_MAPPING.items() if leaf in parts), None)
@@ -233,6 +237,16 @@ class LoRAModel:
         self.adapters[adapter.name] = slot
         self.loaded[adapter.name] = adapter
         return slot
+
+    def unload(self, name: str) -> None:
+        """Free ``name``'s slot (its weights zeroed)."""
+        slot = self.adapters.pop(name)
+        self.loaded.pop(name)
+        with torch.no_grad():
+            for wrapper in self.wrappers.values():
+                wrapper.lora_a[slot].zero_()
+                wrapper.lora_b[slot].zero_()
+                wrapper.scaling[slot] = 0.0
 
     def _wrapper(self, adapter: LoRAAdapter, name: str) -> LoRALinear | LoRAEmbedding:
         if name not in self.wrappers:

@@ -16,7 +16,6 @@ without its constructor).
 from __future__ import annotations
 
 import abc
-import contextlib
 import hashlib
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -32,8 +31,9 @@ from reference_impl.config import NemotronHConfig
 REAL_MODEL = "real model"
 REAL_PROCESSING_INFO = "real processing info"
 REQUEST_PATH = "request path"  # the engine's processor, batching and the real model
+LORA_MANAGER = "LoRA manager"  # adapters loaded and applied by the target's LoRA machinery
 FUNCTIONS = "classes and functions"
-CHECK_PATHS = (REQUEST_PATH, REAL_MODEL, REAL_PROCESSING_INFO, FUNCTIONS)
+CHECK_PATHS = (REQUEST_PATH, REAL_MODEL, LORA_MANAGER, REAL_PROCESSING_INFO, FUNCTIONS)
 #: Keyword arguments a processor emits as floating tensors: a serving engine casts them to the
 #: model's dtype before the model sees them (vLLM's processing context does).
 PROCESSOR_FLOAT_KEYS = ("pixel_values_flat", "pixel_values_flat_video", "input_audio_features")
@@ -148,6 +148,65 @@ class LoRAMetadata:
 
 def lora_attributes(cls: type) -> dict[str, object]:
     return {name: getattr(cls, name, None) for name in LORA_ATTRIBUTES}
+
+
+@dataclass(frozen=True)
+class LoRAOptions:
+    """The engine's LoRA settings (vLLM's ``--max-loras``, ``--max-lora-rank``)."""
+
+    max_loras: int = 2
+    max_lora_rank: int = 8
+
+
+@dataclass(frozen=True)
+class AdapterLoad:
+    """What a target's LoRA loader made of an adapter folder.
+
+    Attributes:
+        applied: the modules the adapter's weights were put into, by checkpoint module name
+            (a packed layer's parts by their own names: ``...mixer.q_proj``), read from the
+            target's LoRA layers once the adapter is active.
+        told: what the target said while loading and activating it (warnings and log records
+            at WARNING or above), in order.
+    """
+
+    applied: list[str]
+    told: list[str]
+
+
+class LoRAServing(abc.ABC):
+    """A target's model of a checkpoint folder served with LoRA: built with the engine's LoRA
+    settings, adapters loaded from PEFT folders by the target's own loader into its slots, and
+    each batch's per-token adapter mapping set as the engine's model runner sets it (adapter id
+    0: no adapter).
+    """
+
+    @abc.abstractmethod
+    def add(self, adapter_id: int, folder: Path) -> AdapterLoad:
+        """Load the adapter in ``folder`` under ``adapter_id`` (>= 1) and activate it, as the
+        engine does for a request that names it. Whatever the loader raises propagates."""
+
+    @abc.abstractmethod
+    def remove(self, adapter_id: int) -> None:
+        """Remove the adapter (its slot freed)."""
+
+    @abc.abstractmethod
+    def linear(self, module: str, x: torch.Tensor, adapters: Sequence[int]) -> torch.Tensor:
+        """The adapted linear layer ``module`` (a checkpoint module name; a part of a packed
+        layer gives that part's slice of the packed output) on ``x [T, in]``, token ``t``
+        served with adapter ``adapters[t]``: ``[T, out]``."""
+
+    @abc.abstractmethod
+    def embed(self, ids: Sequence[int], adapters: Sequence[int]) -> torch.Tensor:
+        """The language model's input embeddings ``[T, h]`` of prompt tokens ``ids``, token
+        ``t`` served with adapter ``adapters[t]`` (the model's ``embed_input_ids``)."""
+
+    @abc.abstractmethod
+    def embed_multimodal(
+        self, adapters: Sequence[int], **kwargs: object
+    ) -> tuple[torch.Tensor, ...]:
+        """``embed_multimodal`` of the LoRA-served model while a batch of prompt tokens mapped
+        to ``adapters`` is active (the encoder runs beside the prompt's tokens)."""
 
 
 @dataclass(frozen=True)
@@ -269,11 +328,6 @@ class MultimodalModel(abc.ABC):
         mask = torch.tensor(list(is_multimodal), device=self.device)
         with torch.no_grad():
             return self._merge(ids, [e.to(self.device) for e in embeddings], mask)
-
-    @abc.abstractmethod
-    def raising_lora_embedding(self) -> contextlib.AbstractContextManager[None]:
-        """While active, the language model's ``embed_tokens`` is a LoRA wrapper (the target's
-        own wrapper class) whose forward raises: only its ``base_layer`` may be used."""
 
     @abc.abstractmethod
     def _merge(
@@ -456,6 +510,11 @@ class Target(abc.ABC):
         """``(installed module file, file under test)`` pairs mypy reads in place of each other
         when it checks the typing cases (``--shadow-file``); none by default."""
         return []
+
+    @abc.abstractmethod
+    def lora(self, spec: ModelSpec, options: LoRAOptions) -> LoRAServing:
+        """A fresh model of ``spec``'s checkpoint folder served with LoRA ``options`` (its own
+        build: the shared model of :meth:`model` stays without LoRA)."""
 
     @abc.abstractmethod
     def lora_metadata(self) -> LoRAMetadata:

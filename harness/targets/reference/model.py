@@ -3,19 +3,16 @@ the LoRA embedding swappable for one that refuses to run."""
 
 from __future__ import annotations
 
-import contextlib
 import functools
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import torch
-from torch import nn
 
 from harness.checkpoint import ModelSpec
 from harness.requests import ItemFeatures, ProcessedRequest, Request, RequestResult
 from harness.targets.base import EncoderCalls, MultimodalModel, ParsedModality
 from harness.targets.reference import requests
-from reference_impl.lora import LoRAContext, LoRAEmbedding
 from reference_impl.model import (
     NanoNemotronVLForConditionalGeneration,
     NanoNemotronVLModel,
@@ -74,15 +71,6 @@ class ReferenceModel(MultimodalModel):
         text = self.model.language_model.embed_input_ids(ids)
         return merge_multimodal_embeddings(text, embeddings, is_multimodal)
 
-    @contextlib.contextmanager
-    def raising_lora_embedding(self) -> Iterator[None]:
-        original = self.multimodal.embed_tokens
-        self.multimodal.embed_tokens = RaisingLoRAEmbedding(original)
-        try:
-            yield
-        finally:
-            self.multimodal.embed_tokens = original
-
     def _parse(self, **kwargs: object) -> dict[str, ParsedModality]:
         parsed = self.multimodal.parse_multimodal_inputs(**kwargs)
         normalised: dict[str, ParsedModality] = {}
@@ -95,15 +83,3 @@ class ReferenceModel(MultimodalModel):
         self, placeholder_counts: list[int] | None, **kwargs: object
     ) -> tuple[torch.Tensor, ...]:
         return self.multimodal.embed_multimodal(placeholder_counts=placeholder_counts, **kwargs)
-
-
-class RaisingLoRAEmbedding(LoRAEmbedding):
-    """The reference's LoRA embedding wrapper, refusing to run: encoder-internal tokens must be
-    embedded with ``base_layer``."""
-
-    def __init__(self, base_layer: nn.Module) -> None:
-        assert isinstance(base_layer, nn.Embedding)
-        super().__init__(base_layer, LoRAContext(1), slots=1, max_rank=1)
-
-    def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        raise RuntimeError("the LoRA wrapper embedded tokens that have no mapping entry")

@@ -19,12 +19,15 @@ from harness import ROOT
 from harness.checkpoint import ModelSpec, checkpoint_folder, checkpoint_weights
 from harness.targets.base import (
     FUNCTIONS,
+    LORA_MANAGER,
     REAL_MODEL,
     REQUEST_PATH,
     DeepcopyRefused,
     LiveParameter,
     LoadedWeights,
     LoRAMetadata,
+    LoRAOptions,
+    LoRAServing,
     MambaStateInfo,
     MinimalBuild,
     MultimodalModel,
@@ -66,6 +69,7 @@ CHECK_PATHS = {
     "model": REAL_MODEL,
     "weights": REAL_MODEL,
     "minimal": REAL_MODEL,
+    "lora": LORA_MANAGER,
 }
 
 
@@ -352,6 +356,17 @@ class ReferenceTarget(Target):
 
     def typing_cases(self) -> Path:
         return ROOT / "fixtures" / "typing" / "reference"
+
+    def lora(self, spec: ModelSpec, options: LoRAOptions) -> LoRAServing:
+        from harness.targets.reference.lora import ReferenceLoRAServing
+
+        loaded = load_folder(
+            checkpoint_folder(spec),
+            shared_tokenizer(),
+            max_num_tiles=spec.max_num_tiles,
+            video_pruning_rate=spec.video_pruning_rate,
+        )
+        return ReferenceLoRAServing(loaded, options)
 
     def lora_metadata(self) -> LoRAMetadata:
         return LoRAMetadata(

@@ -4,6 +4,8 @@
 - :mod:`.files`: model files from another revision loaded in place of the installed modules;
 - :mod:`.build`: engine configs from a checkpoint folder, vLLM's constructor and loader;
 - :mod:`.model`: the built model as the suites drive it;
+- :mod:`.requests`: a user's request through vLLM's processor, engine boundary and batching;
+- :mod:`.lora`: vLLM's LoRA manager on a model built with a LoRA config, as its runner serves;
 - :mod:`.target`: the targets' named methods.
 """
 

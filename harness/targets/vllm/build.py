@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from harness.targets.base import NeedsCuda, TargetLoadError
+from harness.targets.base import LoRAOptions, NeedsCuda, TargetLoadError
 from harness.targets.vllm.runtime import init_cpu_runtime, without_packed_cpu_kernels
 
 #: Modalities whose limits a text-only engine sets to 0.
@@ -59,12 +59,14 @@ def engine_config(
     hf_overrides: Mapping[str, Any] | None = None,
     mm_processor_kwargs: Mapping[str, Any] | None = None,
     video_pruning_rate: float = 0.0,
+    lora: LoRAOptions | None = None,
 ) -> Any:
     """A ``VllmConfig`` for the checkpoint ``folder``, as ``vllm serve FOLDER`` would make it
     (``--mm-processor-kwargs``: ``mm_processor_kwargs``; ``--video-pruning-rate``:
-    ``video_pruning_rate``, passed on as given, 0 as the default None)."""
+    ``video_pruning_rate``, passed on as given, 0 as the default None; ``--enable-lora
+    --max-loras --max-lora-rank``: ``lora``)."""
     init_cpu_runtime()
-    from vllm.config import DeviceConfig, LoadConfig, ModelConfig, VllmConfig
+    from vllm.config import DeviceConfig, LoadConfig, LoRAConfig, ModelConfig, VllmConfig
 
     # --max-model-len: the context the checkpoint's config states (its processor budgets for it).
     stated = json.loads((folder / "config.json").read_text()).get("max_sequence_length")
@@ -81,7 +83,14 @@ def engine_config(
         video_pruning_rate=None if video_pruning_rate == 0.0 else video_pruning_rate,
     )
     return VllmConfig(
-        model_config=model_config, device_config=DeviceConfig("cpu"), load_config=LoadConfig()
+        model_config=model_config,
+        device_config=DeviceConfig("cpu"),
+        load_config=LoadConfig(),
+        lora_config=(
+            None
+            if lora is None
+            else LoRAConfig(max_loras=lora.max_loras, max_lora_rank=lora.max_lora_rank)
+        ),
     )
 
 
@@ -141,6 +150,7 @@ def build_and_load(
     timings: Timings | None = None,
     mm_processor_kwargs: Mapping[str, Any] | None = None,
     video_pruning_rate: float = 0.0,
+    lora: LoRAOptions | None = None,
 ) -> tuple[Any, Any]:
     """Build the folder's model with vLLM's constructor and load it with vLLM's loader;
     returns the model and its ``VllmConfig``."""
@@ -151,7 +161,10 @@ def build_and_load(
     timings = timings if timings is not None else Timings()
     start = time.perf_counter()
     vllm_config = engine_config(
-        folder, mm_processor_kwargs=mm_processor_kwargs, video_pruning_rate=video_pruning_rate
+        folder,
+        mm_processor_kwargs=mm_processor_kwargs,
+        video_pruning_rate=video_pruning_rate,
+        lora=lora,
     )
     timings.config_s = time.perf_counter() - start
     start = time.perf_counter()

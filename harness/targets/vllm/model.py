@@ -7,7 +7,6 @@ record each call into :class:`EncoderCalls` without changing what runs.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -89,26 +88,6 @@ class VllmModel(MultimodalModel):
 
     def _record_audio(self, module: Any, args: tuple[Any, ...]) -> None:
         self.calls.audio.append(int(args[0].shape[0]))
-
-    @contextlib.contextmanager
-    def raising_lora_embedding(self) -> Iterator[None]:
-        from vllm.lora.layers.base import BaseLayerWithLoRA
-
-        class RaisingEmbeddingWithLoRA(BaseLayerWithLoRA):  # type: ignore[misc]
-            """vLLM's LoRA wrapper base class, refusing to run."""
-
-            def forward(self, *args: Any, **kwargs: Any) -> Any:
-                raise RuntimeError("the LoRA wrapper embedded tokens that have no mapping entry")
-
-        backbone = self.model.language_model.model
-        original = backbone.embed_tokens
-        wrapper = RaisingEmbeddingWithLoRA()
-        wrapper.base_layer = original
-        backbone.embed_tokens = wrapper
-        try:
-            yield
-        finally:
-            backbone.embed_tokens = original
 
     def _parse(self, **kwargs: object) -> dict[str, ParsedModality]:
         with self._current_config():

@@ -26,6 +26,7 @@ from harness import ROOT
 from harness.checkpoint import ModelSpec, checkpoint_folder, checkpoint_weights
 from harness.targets.base import (
     FUNCTIONS,
+    LORA_MANAGER,
     REAL_MODEL,
     REAL_PROCESSING_INFO,
     REQUEST_PATH,
@@ -33,6 +34,8 @@ from harness.targets.base import (
     LiveParameter,
     LoadedWeights,
     LoRAMetadata,
+    LoRAOptions,
+    LoRAServing,
     MambaStateInfo,
     MinimalBuild,
     MultimodalModel,
@@ -68,6 +71,7 @@ CHECK_PATHS = {
     "model": REAL_MODEL,
     "weights": REAL_MODEL,
     "minimal": REAL_MODEL,
+    "lora": LORA_MANAGER,
     "metadata": REAL_PROCESSING_INFO,
 }
 
@@ -430,6 +434,19 @@ class VllmTarget(Target):
 
     def typing_cases(self) -> Path:
         return ROOT / "fixtures" / "typing" / "vllm"
+
+    def lora(self, spec: ModelSpec, options: LoRAOptions) -> LoRAServing:
+        from harness.targets.vllm.lora import VllmLoRAServing
+
+        module = self.load()
+        model, vllm_config = build.build_and_load(
+            module,
+            checkpoint_folder(spec),
+            mm_processor_kwargs=spec.processor_options,
+            video_pruning_rate=spec.video_pruning_rate,
+            lora=options,
+        )
+        return VllmLoRAServing(model, vllm_config)
 
     def lora_metadata(self) -> LoRAMetadata:
         module = self.load()

@@ -1,0 +1,194 @@
+"""LoRA adapters as users serve them, through the target's own LoRA machinery (vLLM PR #56231).
+
+The adapters are PEFT folders written for the checkpoint folder (:mod:`harness.lora_adapters`).
+Each target loads them with its own loader into its own LoRA layers (vLLM: the model runner's
+``LRUCacheWorkerLoRAManager`` on a model built with ``LoRAConfig``), and serves batches whose
+tokens map to different adapters and to none. Expected values come from the adapter files and
+the checkpoint's weights, never from the target:
+
+- an adapter is applied to exactly the language-model modules its file names;
+- an adapter that names tower or connector modules (RADIO, Parakeet, ``mlp1``) is refused with
+  a clear error naming one, or loaded with the towers left alone and the user told which of its
+  modules were ignored;
+- each adapted linear layer computes ``W x + s B A x`` per token with its own adapter's factors
+  and scaling (``s = alpha / r``, rsLoRA ``alpha / sqrt(r)``), ``W x`` for tokens without one;
+- the token embedding adds ``s (B A[:, token])`` to its adapter's tokens;
+- a video's marker tokens (frame separators, ``<img>``, ``</img>``), made inside the model and
+  absent from the token mapping, come from the base embedding while an adapter that trains the
+  embedding is active: the video's rows equal the model's without LoRA.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from harness import model_kwargs
+from harness.assertions import assert_clear_error
+from harness.checkpoint import ModelSpec, checkpoint_weights
+from harness.lora_adapters import (
+    ADAPTERS_BY_NAME,
+    EMBEDDING_MODULE,
+    PEFT_PREFIX,
+    AdapterSpec,
+    adapter_folder,
+    adapter_tensors,
+)
+from harness.targets.base import LoRAOptions, LoRAServing
+
+pytestmark = pytest.mark.concern("lora")
+
+SPEC = ModelSpec()
+#: Three adapters of different ranks and scalings in one batch, and tokens without one.
+BATCH_ADAPTERS = ("lm-projections", "rank-4", "rslora")
+TOKEN_ADAPTERS = (1, 2, 3, 0, 1, 2, 3, 0)
+#: A linear layer's output against ``W x + s B A x`` in fp64, per token (relative): bf16 keeps
+#: 8 bits, and the layer rounds its output once and its delta's two products (measured 0.23 to
+#: 0.31 % on vLLM); fp32 far below. A dropped or doubled scaling moves a token by its delta,
+#: about 8 % of the output here.
+LORA_BOUND = {torch.bfloat16: 2.0**-7, torch.float16: 2.0**-10, torch.float32: 1e-5}
+LM_PREFIX = "language_model."
+
+
+def adapter_modules(adapter: AdapterSpec) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    """The adapter file's ``(A, B)`` per module, by the module name the file uses."""
+    tensors = adapter_tensors(SPEC, adapter)
+    modules: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
+    for key in tensors:
+        for a_suffix, b_suffix in (
+            (".lora_A.weight", ".lora_B.weight"),
+            (".lora_embedding_A", ".lora_embedding_B"),
+        ):
+            if key.endswith(a_suffix):
+                stem = key.removesuffix(a_suffix)
+                modules[stem.removeprefix(PEFT_PREFIX)] = (tensors[key], tensors[stem + b_suffix])
+    return modules
+
+
+#: The language model's projections, by their last name (one module each in the folder).
+PROJECTIONS = (
+    "in_proj",
+    "out_proj",
+    "up_proj",
+    "down_proj",
+    "q_proj",
+    "k_proj",
+    "v_proj",
+    "o_proj",
+)
+
+
+@pytest.mark.parametrize("name", ["lm-projections", "rank-4", "rslora"])
+def test_an_adapter_is_applied_to_exactly_its_modules(target, name):
+    adapter = ADAPTERS_BY_NAME[name]
+    served = target.lora(SPEC, LoRAOptions())
+    load = served.add(1, adapter_folder(SPEC, adapter))
+    expected = sorted(adapter_modules(adapter))
+    assert load.applied == expected, (
+        f"{name}: applied to {load.applied}, the file adapts {expected}"
+    )
+
+
+@pytest.mark.parametrize("name", ["with-towers", "towers-only", "towers-and-connector"])
+def test_tower_modules_are_refused_or_reported(target, name):
+    """An adapter naming tower or connector modules: a clear error naming one of them, or the
+    language model's modules applied, the towers left alone, and every tower module named in
+    what the target says while loading."""
+    adapter = ADAPTERS_BY_NAME[name]
+    modules = adapter_modules(adapter)
+    towers = sorted(m for m in modules if not m.startswith(LM_PREFIX))
+    language = sorted(m for m in modules if m.startswith(LM_PREFIX))
+    served = target.lora(SPEC, LoRAOptions())
+    try:
+        load = served.add(1, adapter_folder(SPEC, adapter))
+    except Exception as e:
+        assert_clear_error(e, towers)
+        return
+    assert load.applied == language, (
+        f"{name}: applied to {load.applied}; the language model's modules of the file are "
+        f"{language}"
+    )
+    said = " ".join(load.told)
+    unnamed = [m for m in towers if m not in said and m.rpartition(".")[2] not in said]
+    assert not unnamed, (
+        f"{name}: loaded with {len(towers)} tower modules left unadapted, and the user was told "
+        f"of none of {unnamed[:3]}... (said: {load.told[:3]})"
+    )
+
+
+@pytest.fixture(scope="module")
+def batch_serving(target) -> LoRAServing:
+    """Three adapters loaded into one LoRA-served model (three slots)."""
+    served = target.lora(SPEC, LoRAOptions(max_loras=3))
+    for adapter_id, name in enumerate(BATCH_ADAPTERS, start=1):
+        served.add(adapter_id, adapter_folder(SPEC, ADAPTERS_BY_NAME[name]))
+    return served
+
+
+@pytest.mark.parametrize("projection", PROJECTIONS)
+def test_each_adapted_layer_adds_its_tokens_delta(batch_serving, projection, record_property):
+    modules = adapter_modules(ADAPTERS_BY_NAME[BATCH_ADAPTERS[0]])
+    (module,) = [m for m in modules if m.endswith(f".{projection}")]
+    weight = checkpoint_weights(SPEC)[f"{module}.weight"].double()
+    g = torch.Generator().manual_seed(60)
+    x = torch.randn(len(TOKEN_ADAPTERS), weight.shape[1], generator=g).bfloat16()
+    expected = x.double() @ weight.t()
+    for row, adapter_id in enumerate(TOKEN_ADAPTERS):
+        if adapter_id:
+            adapter = ADAPTERS_BY_NAME[BATCH_ADAPTERS[adapter_id - 1]]
+            a, b = (t.double() for t in adapter_modules(adapter)[module])
+            expected[row] += adapter.scaling * (b @ (a @ x[row].double()))
+    got = batch_serving.linear(module, x, TOKEN_ADAPTERS)
+    bound = LORA_BOUND[got.dtype]
+    errors = (got.double() - expected).norm(dim=1) / expected.norm(dim=1)
+    record_property(
+        "measured",
+        {module: {"kind": "lora", "max_token_error": float(f"{errors.max():.3g}"), "bound": bound}},
+    )
+    worst = int(errors.argmax())
+    assert float(errors[worst]) <= bound, (
+        f"{module}: token {worst} (adapter {TOKEN_ADAPTERS[worst]}) is {float(errors[worst]):.3g} "
+        f"from W x + s B A x (relative), bound {bound:.3g} for {got.dtype}"
+    )
+
+
+@pytest.mark.parametrize("name", ["lm-embeddings", "lm-embeddings-vllm-names"])
+def test_text_tokens_get_their_adapters_embedding_delta(target, name):
+    adapter = ADAPTERS_BY_NAME[name]
+    served = target.lora(SPEC, LoRAOptions())
+    served.add(1, adapter_folder(SPEC, adapter))
+    ids, adapters = [5, 6, 7, 8, 9], [1, 0, 1, 1, 0]
+    table = checkpoint_weights(SPEC)[EMBEDDING_MODULE + ".weight"].double()
+    a, b = (t.double() for t in adapter_modules(adapter)[adapter.embedding_name])
+    expected = table[ids].clone()
+    for row, (token, adapter_id) in enumerate(zip(ids, adapters, strict=True)):
+        if adapter_id:
+            expected[row] += adapter.scaling * (b @ a[:, token])
+    embedded = served.embed(ids, adapters)
+    bound = LORA_BOUND[embedded.dtype]
+    errors = (embedded.double() - expected).norm(dim=1) / expected.norm(dim=1)
+    assert float(errors.max()) <= bound, (
+        f"{name}: embeddings {errors.tolist()} from E[token] + s B A[:, token] (relative), "
+        f"bound {bound:.3g}"
+    )
+
+
+@pytest.mark.parametrize("temporal", [1, 2])
+def test_video_markers_come_from_the_base_embedding_under_an_adapter(target, make_model, temporal):
+    """An adapter that trains the embedding is active for a short prompt; the video's frame
+    separators and ``<img>`` / ``</img>`` have no mapping entry and must not go through the LoRA
+    embedding: the video's rows equal the model's without LoRA."""
+    spec = ModelSpec(video_temporal_patch_size=temporal)
+    served = target.lora(spec, LoRAOptions())
+    served.add(1, adapter_folder(spec, ADAPTERS_BY_NAME["lm-embeddings-vllm-names"]))
+    plain = make_model(video_temporal_patch_size=temporal)
+    group = model_kwargs.video_pixels(spec, [3, 2])
+    expected = plain.embed_multimodal(**group.kwargs)
+    got = served.embed_multimodal([1] * 4, **plain.as_model_inputs(group.kwargs))
+    assert len(got) == len(expected)
+    for i, (a, b) in enumerate(zip(got, expected, strict=True)):
+        assert a.shape == b.shape, f"video {i}: {tuple(a.shape)}, without LoRA {tuple(b.shape)}"
+        assert torch.equal(a, b), (
+            f"video {i}: rows differ from the model's without LoRA by up to "
+            f"{float((a.float() - b.float()).abs().max()):.3g}"
+        )
