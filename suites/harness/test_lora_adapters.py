@@ -78,9 +78,9 @@ def test_targets_matching_nothing_are_refused():
 
 
 def test_a_broken_folder_is_refused_naming_the_file(tmp_path):
-    with pytest.raises(LoRAError, match="adapter_config.json: expected a PEFT adapter file"):
+    with pytest.raises(LoRAError, match=r"adapter_config\.json: expected a PEFT adapter file"):
         read_peft_adapter(tmp_path, "empty")
     folder = write_adapter(SPEC, ADAPTERS_BY_NAME["rank-4"], tmp_path / "a")
     save_file({"not.a.lora.key": torch.zeros(2)}, str(folder / "adapter_model.safetensors"))
-    with pytest.raises(LoRAError, match="'not.a.lora.key' is not a PEFT LoRA key"):
+    with pytest.raises(LoRAError, match=r"'not\.a\.lora\.key' is not a PEFT LoRA key"):
         read_peft_adapter(folder, "a")
