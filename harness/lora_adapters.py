@@ -204,3 +204,51 @@ def adapter_folder(spec: ModelSpec, adapter: AdapterSpec) -> Path:
 def with_rank(adapter: AdapterSpec, rank: int) -> AdapterSpec:
     """``adapter`` at another rank (its name says so)."""
     return dataclasses.replace(adapter, name=f"{adapter.name}-r{rank}", rank=rank)
+
+
+#: Ways an adapter folder is broken, and the field (file or module) a clear error names.
+BROKEN_ADAPTERS = {
+    "rank-above-max": "max_lora_rank",
+    "unknown-module": "gate_proj",
+    "corrupt-file": "adapter_model.safetensors",
+    "missing-file": "adapter_model.safetensors",
+    "extends-vocabulary": "added_tokens.json",
+}
+
+
+def write_broken_adapter(spec: ModelSpec, kind: str, folder: Path, max_lora_rank: int) -> Path:
+    """An adapter folder broken as :data:`BROKEN_ADAPTERS` names ``kind``: rank above
+    ``max_lora_rank``; a target module the model lacks (``...mixer.gate_proj``); a safetensors
+    file of garbage, or none; an adapter that adds tokens to the vocabulary (PEFT's
+    ``added_tokens.json`` and ``new_embeddings.safetensors``)."""
+    from safetensors.torch import save_file
+
+    if kind not in BROKEN_ADAPTERS:
+        raise ValueError(
+            f"write_broken_adapter: kind: expected one of {sorted(BROKEN_ADAPTERS)}, got {kind!r}"
+        )
+    rank = 2 * max_lora_rank if kind == "rank-above-max" else 4
+    adapter = AdapterSpec(f"broken-{kind}", LM_PROJECTIONS, rank=rank, alpha=2.0 * rank, seed=7)
+    write_adapter(spec, adapter, folder)
+    weights = folder / "adapter_model.safetensors"
+    if kind == "unknown-module":
+        tensors = adapter_tensors(spec, adapter)
+        hidden = spec.hidden_size
+        module = f"{PEFT_PREFIX}language_model.backbone.layers.0.mixer.gate_proj"
+        tensors[f"{module}.lora_A.weight"] = torch.ones(rank, hidden)
+        tensors[f"{module}.lora_B.weight"] = torch.ones(hidden, rank)
+        save_file(tensors, str(weights), metadata={"format": "pt"})
+    elif kind == "corrupt-file":
+        weights.write_bytes(b"\x00 not a safetensors file " * 8)
+    elif kind == "missing-file":
+        weights.unlink()
+    elif kind == "extends-vocabulary":
+        (folder / "added_tokens.json").write_text(json.dumps({"<new_token>": 10_000}))
+        save_file(
+            {
+                "input_embeddings": torch.ones(1, spec.hidden_size),
+                "output_embeddings": torch.ones(1, spec.hidden_size),
+            },
+            str(folder / "new_embeddings.safetensors"),
+        )
+    return folder

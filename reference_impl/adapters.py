@@ -35,7 +35,13 @@ def read_peft_adapter(folder: Path, name: str) -> LoRAAdapter:
     config_path, weights_path = folder / "adapter_config.json", folder / "adapter_model.safetensors"
     for path in (config_path, weights_path):
         if not path.is_file():
-            raise LoRAError(f"{name}: {path}: expected a PEFT adapter file, found none")
+            raise LoRAError(f"{name}: {path.name}: expected a PEFT adapter file, found none")
+    for extra in ("added_tokens.json", "new_embeddings.safetensors"):
+        if (folder / extra).exists():
+            raise LoRAError(
+                f"{name}: {extra}: expected an adapter over the model's vocabulary, got one "
+                "that adds tokens (not supported)"
+            )
     config = json.loads(config_path.read_text())
     for key in ("r", "lora_alpha"):
         if key not in config:
@@ -47,7 +53,13 @@ def read_peft_adapter(folder: Path, name: str) -> LoRAAdapter:
         ".lora_embedding_A": "A",
         ".lora_embedding_B": "B",
     }
-    for key, tensor in load_file(str(weights_path)).items():
+    try:
+        tensors = load_file(str(weights_path))
+    except Exception as e:  # safetensors raises its own error type for a corrupt file
+        raise LoRAError(
+            f"{name}: {weights_path.name}: expected a safetensors file, got unreadable bytes ({e})"
+        ) from e
+    for key, tensor in tensors.items():
         suffix = next((s for s in suffixes if key.endswith(s)), None)
         if suffix is None or not key.startswith(PEFT_PREFIX):
             raise LoRAError(f"{name}: {weights_path}: {key!r} is not a PEFT LoRA key")

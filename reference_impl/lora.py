@@ -200,7 +200,10 @@ class LoRAModel:
             raise LoRAError(f"adapters: at most {capacity} slots, {adapter.name!r} is one more")
         max_rank = next(iter(self.wrappers.values())).lora_a.shape[1]
         if adapter.rank > max_rank:
-            raise LoRAError(f"{adapter.name}: rank {adapter.rank} exceeds max_rank={max_rank}")
+            raise LoRAError(
+                f"{adapter.name}: r: expected a rank of at most max_lora_rank={max_rank}, got "
+                f"{adapter.rank}"
+            )
         packed: dict[str, dict[str, tuple[torch.Tensor, torch.Tensor]]] = {}
         for name, (a, b) in adapter.weights.items():
             if name.startswith(TOWER_PREFIXES) or ".vision_model." in name:
@@ -251,8 +254,8 @@ class LoRAModel:
     def _wrapper(self, adapter: LoRAAdapter, name: str) -> LoRALinear | LoRAEmbedding:
         if name not in self.wrappers:
             raise LoRAError(
-                f"{adapter.name}: {name}: not a LoRA target of this model "
-                f"(targets: {sorted(self.wrappers)[:6]}...)"
+                f"{adapter.name}: target module {name}: expected a LoRA target of this model "
+                f"({', '.join(sorted(self.wrappers)[:6])}, ...), got a module it lacks"
             )
         return self.wrappers[name]
 

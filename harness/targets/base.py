@@ -191,6 +191,10 @@ class LoRAServing(abc.ABC):
         """Remove the adapter (its slot freed)."""
 
     @abc.abstractmethod
+    def adapters(self) -> list[int]:
+        """The ids of the adapters loaded, sorted."""
+
+    @abc.abstractmethod
     def linear(self, module: str, x: torch.Tensor, adapters: Sequence[int]) -> torch.Tensor:
         """The adapted linear layer ``module`` (a checkpoint module name; a part of a packed
         layer gives that part's slice of the packed output) on ``x [T, in]``, token ``t``

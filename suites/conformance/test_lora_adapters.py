@@ -15,24 +15,33 @@ the checkpoint's weights, never from the target:
 - the token embedding adds ``s (B A[:, token])`` to its adapter's tokens;
 - a video's marker tokens (frame separators, ``<img>``, ``</img>``), made inside the model and
   absent from the token mapping, come from the base embedding while an adapter that trains the
-  embedding is active: the video's rows equal the model's without LoRA.
+  embedding is active: the video's rows equal the model's without LoRA;
+- a broken adapter (rank above ``max_lora_rank``, a module the model lacks, a corrupt or missing
+  weights file, added tokens) is refused with a clear error naming its folder and what is wrong,
+  nothing of it loaded, the adapters loaded before untouched;
+- adding, serving and removing adapters in any order, with fewer slots than adapters (LRU
+  eviction), never serves a token another adapter's weights.
 """
 
 from __future__ import annotations
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from harness import model_kwargs
 from harness.assertions import assert_clear_error
 from harness.checkpoint import ModelSpec, checkpoint_weights
 from harness.lora_adapters import (
     ADAPTERS_BY_NAME,
+    BROKEN_ADAPTERS,
     EMBEDDING_MODULE,
     PEFT_PREFIX,
     AdapterSpec,
     adapter_folder,
     adapter_tensors,
+    write_broken_adapter,
 )
 from harness.targets.base import LoRAOptions, LoRAServing
 
@@ -192,3 +201,94 @@ def test_video_markers_come_from_the_base_embedding_under_an_adapter(target, mak
             f"video {i}: rows differ from the model's without LoRA by up to "
             f"{float((a.float() - b.float()).abs().max()):.3g}"
         )
+
+
+def expected_linear(
+    module: str, x: torch.Tensor, token_adapters: list[AdapterSpec | None]
+) -> torch.Tensor:
+    """``W x + s B A x`` per token (``W x`` where the token has no adapter), in fp64, from the
+    checkpoint's weight and the adapter files."""
+    weight = checkpoint_weights(SPEC)[f"{module}.weight"].double()
+    out = x.double() @ weight.t()
+    for row, adapter in enumerate(token_adapters):
+        if adapter is not None:
+            a, b = (t.double() for t in adapter_modules(adapter)[module])
+            out[row] += adapter.scaling * (b @ (a @ x[row].double()))
+    return out
+
+
+def serves_its_adapters(
+    served: LoRAServing, module: str, ids: list[int], adapters: dict[int, AdapterSpec]
+) -> str | None:
+    """What is wrong with ``module``'s output for tokens served with ``ids`` (None: nothing)."""
+    g = torch.Generator().manual_seed(61)
+    weight = checkpoint_weights(SPEC)[f"{module}.weight"]
+    x = torch.randn(len(ids), weight.shape[1], generator=g).bfloat16()
+    got = served.linear(module, x, ids)
+    expected = expected_linear(module, x, [adapters[i] if i else None for i in ids])
+    errors = (got.double() - expected).norm(dim=1) / expected.norm(dim=1)
+    worst = int(errors.argmax())
+    if float(errors[worst]) <= LORA_BOUND[got.dtype]:
+        return None
+    return (
+        f"{module}: token {worst} (adapter {ids[worst]}) is {float(errors[worst]):.3g} from its "
+        f"adapter's W x + s B A x"
+    )
+
+
+#: The module whose output the loading and slot checks read (an attention projection).
+PROBE = "language_model.backbone.layers.2.mixer.q_proj"
+
+
+@pytest.mark.parametrize("kind", sorted(BROKEN_ADAPTERS))
+def test_a_broken_adapter_is_refused_clearly(target, kind, tmp_path):
+    options = LoRAOptions()
+    served = target.lora(SPEC, options)
+    good = ADAPTERS_BY_NAME["lm-projections"]
+    served.add(1, adapter_folder(SPEC, good))
+    folder = write_broken_adapter(SPEC, kind, tmp_path / f"adapter-{kind}", options.max_lora_rank)
+    try:
+        served.add(2, folder)
+    except Exception as e:
+        assert_clear_error(e, [BROKEN_ADAPTERS[kind]])
+        assert folder.name in str(e), f"the error does not name the adapter's folder: {e}"
+    else:
+        raise AssertionError(f"{kind}: the adapter in {folder.name} was loaded, without an error")
+    assert served.adapters() == [1], f"adapters loaded after the refusal: {served.adapters()}"
+    problem = serves_its_adapters(served, PROBE, [1, 0, 1], {1: good})
+    assert problem is None, f"after refusing {kind}: {problem}"
+
+
+#: Operations on a two-slot server: add adapter k, serve a batch of some loaded adapters, remove.
+OPERATIONS = st.lists(
+    st.tuples(st.sampled_from(["add", "serve", "remove"]), st.integers(1, 3)),
+    min_size=1,
+    max_size=8,
+)
+
+
+@pytest.fixture(scope="module")
+def two_slot_serving(target) -> LoRAServing:
+    return target.lora(SPEC, LoRAOptions(max_loras=2))
+
+
+@settings(max_examples=15)
+@given(operations=OPERATIONS)
+def test_slots_never_serve_another_adapters_weights(two_slot_serving, operations):
+    """Three adapters through two slots in any order of adds, batches and removals: every
+    token gets its own adapter's delta (an evicted adapter is reloaded, never stale)."""
+    served = two_slot_serving
+    adapters = {i + 1: ADAPTERS_BY_NAME[name] for i, name in enumerate(BATCH_ADAPTERS)}
+    for adapter_id in served.adapters():
+        served.remove(adapter_id)
+    for operation, adapter_id in operations:
+        loaded = served.adapters()
+        if operation == "add" and adapter_id not in loaded:
+            served.add(adapter_id, adapter_folder(SPEC, adapters[adapter_id]))
+        elif operation == "remove" and adapter_id in loaded:
+            served.remove(adapter_id)
+        elif operation == "serve" and loaded:
+            batch = sorted(loaded)[-2:]  # at most as many adapters as slots
+            ids = [batch[0], 0, batch[-1], batch[0]]
+            problem = serves_its_adapters(served, PROBE, ids, adapters)
+            assert problem is None, f"after {operations}: {problem}"

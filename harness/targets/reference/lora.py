@@ -45,16 +45,32 @@ class ReferenceLoRAServing(LoRAServing):
         )
         # The wrapper model reads the LM's embedding layer through its own attribute.
         model.multimodal.embed_tokens = model.language_model.model.embed_tokens
+        self.options = options
         self.names: dict[int, str] = {}
+        self.used: list[int] = []  # adapter ids, least recently used first
 
     def add(self, adapter_id: int, folder: Path) -> AdapterLoad:
-        name = f"{adapter_id}:{folder.name}"
-        self.lora.load(read_peft_adapter(folder, name))
+        name = f"{adapter_id}:{folder}"
+        adapter = read_peft_adapter(folder, name)  # read whole before a slot is touched
+        if len(self.names) >= self.options.max_loras:
+            # As the engine's LRU cache: the least recently used adapter makes room.
+            self.remove(self.used[0])
+        self.lora.load(adapter)
         self.names[adapter_id] = name
+        self._touch(adapter_id)
         return AdapterLoad(self.applied(adapter_id), [])
 
     def remove(self, adapter_id: int) -> None:
         self.lora.unload(self.names.pop(adapter_id))
+        self.used.remove(adapter_id)
+
+    def _touch(self, adapter_id: int) -> None:
+        if adapter_id in self.used:
+            self.used.remove(adapter_id)
+        self.used.append(adapter_id)
+
+    def adapters(self) -> list[int]:
+        return sorted(self.names)
 
     def applied(self, adapter_id: int) -> list[str]:
         slot = self.lora.adapters[self.names[adapter_id]]
@@ -81,6 +97,8 @@ class ReferenceLoRAServing(LoRAServing):
         return [q, kv, kv]
 
     def _set(self, adapters: Sequence[int]) -> None:
+        for adapter_id in dict.fromkeys(a for a in adapters if a):
+            self._touch(adapter_id)
         self.lora.context.set([self.lora.adapters[self.names[a]] if a else -1 for a in adapters])
 
     def linear(self, module: str, x: torch.Tensor, adapters: Sequence[int]) -> torch.Tensor:

@@ -95,6 +95,9 @@ class VllmLoRAServing(LoRAServing):
         self.worker.remove_adapter(adapter_id)
         self.requests.pop(adapter_id, None)
 
+    def adapters(self) -> list[int]:
+        return sorted(self.worker.list_adapters())
+
     def applied(self, adapter_id: int) -> list[str]:
         """Checkpoint names of the modules whose slot for ``adapter_id`` holds weights."""
         slot = self.manager.lora_index_to_id.index(adapter_id)
