@@ -27,6 +27,7 @@ from pathlib import Path
 MODEL_FILE = Path("vllm/model_executor/models/nano_nemotron_vl.py")
 PROCESSOR_FILE = Path("vllm/transformers_utils/processors/nano_nemotron_vl.py")
 PARAKEET_FILE = Path("vllm/model_executor/models/parakeet.py")
+NEMOTRON_H_FILE = Path("vllm/model_executor/models/nemotron_h.py")
 
 
 class MutationError(RuntimeError):
@@ -107,6 +108,34 @@ MUTATIONS: dict[str, Mutation] = {
                 r"NemotronHForCausalLM\.embedding_modules$"
             ),
             replacement=r'\g<indent>embedding_modules = {"embed_tokens": "input_embeddings"}',
+        ),
+        Mutation(
+            name="lora-packed-qkv-misordered",
+            upstream="#56231",
+            description=(
+                "the language model's packed_modules_mapping lists qkv_proj's parts as q, v, k: "
+                "a LoRA adapter's k_proj and v_proj deltas land in each other's slices"
+            ),
+            pattern=(
+                r'^(?P<indent>[ \t]+)"qkv_proj": \[\n(?P<item>[ \t]+)"q_proj",\n'
+                r'(?P=item)"k_proj",\n(?P=item)"v_proj",\n'
+            ),
+            replacement=(
+                r'\g<indent>"qkv_proj": [\n\g<item>"q_proj",\n\g<item>"v_proj",\n'
+                r'\g<item>"k_proj",\n'
+            ),
+            file=NEMOTRON_H_FILE,
+        ),
+        Mutation(
+            name="lora-tower-layers-wrapped",
+            upstream="#56231",
+            description=(
+                "get_mm_mapping's language-model prefix empty: every module's name starts with "
+                "it, so vLLM's LoRA manager wraps the towers' layers as the language model's "
+                "and applies an adapter's tower modules"
+            ),
+            pattern=r'^(?P<indent>[ \t]+)language_model="language_model",$',
+            replacement=r'\g<indent>language_model="",',
         ),
         Mutation(
             name="deepcopy-live-config",
