@@ -222,8 +222,10 @@ def render_markdown(report: Report) -> str:
         "",
         "What the checks ran on (a real model: built by the target's own constructor, loaded "
         "by its loader from the checkpoint folder or, for minimal-layer builds, with dummy "
-        "weights; real processing info: the target's processor for the folder, its processor "
-        "factory refusing; classes and functions: no instance):",
+        "weights; LoRA manager: adapter folders loaded and applied by the target's own LoRA "
+        "machinery on such a model; real processing info: the target's processor for the "
+        "folder, its processor factory refusing; classes and functions: no instance, class "
+        "attributes included):",
         "",
     ]
     for t in targets:

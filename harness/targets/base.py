@@ -212,6 +212,12 @@ class LoRAServing(abc.ABC):
         """``embed_multimodal`` of the LoRA-served model while a batch of prompt tokens mapped
         to ``adapters`` is active (the encoder runs beside the prompt's tokens)."""
 
+    @abc.abstractmethod
+    def run_request(self, request: Request, adapters: Sequence[int]) -> RequestResult:
+        """A user's request through the LoRA-served model's request path (as
+        :meth:`MultimodalModel.run_request`) while a batch of prompt tokens mapped to
+        ``adapters`` is active."""
+
 
 @dataclass(frozen=True)
 class LoadedWeights:

@@ -15,7 +15,8 @@ the checkpoint's weights, never from the target:
 - the token embedding adds ``s (B A[:, token])`` to its adapter's tokens;
 - a video's marker tokens (frame separators, ``<img>``, ``</img>``), made inside the model and
   absent from the token mapping, come from the base embedding while an adapter that trains the
-  embedding is active: the video's rows equal the model's without LoRA;
+  embedding is active: the video's rows equal the model's without LoRA, called directly and in
+  a request through the request path (mixed with images and audio; temporal patch 1 and 2);
 - a broken adapter (rank above ``max_lora_rank``, a module the model lacks, a corrupt or missing
   weights file, added tokens) is refused with a clear error naming its folder and what is wrong,
   nothing of it loaded, the adapters loaded before untouched;
@@ -43,6 +44,7 @@ from harness.lora_adapters import (
     adapter_tensors,
     write_broken_adapter,
 )
+from harness.requests import FORMS_BY_NAME
 from harness.targets.base import LoRAOptions, LoRAServing
 
 pytestmark = pytest.mark.concern("lora")
@@ -199,6 +201,26 @@ def test_video_markers_come_from_the_base_embedding_under_an_adapter(target, mak
         assert a.shape == b.shape, f"video {i}: {tuple(a.shape)}, without LoRA {tuple(b.shape)}"
         assert torch.equal(a, b), (
             f"video {i}: rows differ from the model's without LoRA by up to "
+            f"{float((a.float() - b.float()).abs().max()):.3g}"
+        )
+
+
+@pytest.mark.parametrize("form", ["mixed", "videos-t2"])
+def test_a_request_embeds_as_without_lora_under_an_adapter(target, request_runs, form):
+    """The towers and a video's marker tokens run without LoRA: a request through the
+    LoRA-served model's request path, with an embedding adapter active for a short prompt,
+    embeds every item exactly as the model without LoRA does."""
+    spec = FORMS_BY_NAME[form].spec
+    served = target.lora(spec, LoRAOptions())
+    served.add(1, adapter_folder(spec, ADAPTERS_BY_NAME["lm-embeddings-vllm-names"]))
+    expected = request_runs.run(form)
+    got = served.run_request(FORMS_BY_NAME[form].request, [1] * 4)
+    assert got.items == expected.items, "placeholders differ from the model's without LoRA"
+    for item, a, b in zip(got.items, got.embeddings, expected.embeddings, strict=True):
+        name = f"{item.modality}[{item.index}]"
+        assert a.shape == b.shape, f"{name}: {tuple(a.shape)}, without LoRA {tuple(b.shape)}"
+        assert torch.equal(a, b), (
+            f"{name}: rows differ from the model's without LoRA by up to "
             f"{float((a.float() - b.float()).abs().max()):.3g}"
         )
 

@@ -8,7 +8,9 @@ from pathlib import Path
 
 import torch
 
+from harness.requests import Request, RequestResult
 from harness.targets.base import AdapterLoad, LoRAOptions, LoRAServing
+from harness.targets.reference import requests
 from reference_impl.adapters import read_peft_adapter
 from reference_impl.lora import (
     PACKED_MODULES_MAPPING,
@@ -141,3 +143,7 @@ class ReferenceLoRAServing(LoRAServing):
         self._set(adapters)
         with torch.no_grad():
             return self.model.multimodal.embed_multimodal(placeholder_counts=None, **kwargs)
+
+    def run_request(self, request: Request, adapters: Sequence[int]) -> RequestResult:
+        self._set(adapters)
+        return requests.run(self.model.multimodal, request)

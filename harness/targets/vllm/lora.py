@@ -25,7 +25,9 @@ from typing import Any
 
 import torch
 
+from harness.requests import Request, RequestResult
 from harness.targets.base import AdapterLoad, LoRAServing
+from harness.targets.vllm.requests import VllmRequestPath
 
 #: vLLM's language-model prefix and the checkpoint's.
 VLLM_LM, CHECKPOINT_LM = "language_model.model.", "language_model.backbone."
@@ -77,6 +79,7 @@ class VllmLoRAServing(LoRAServing):
             self.model = self.worker.create_lora_manager(model, vllm_config)
         self.manager = self.worker._adapter_manager
         self.requests: dict[int, Any] = {}
+        self.request_path = VllmRequestPath(self.model, vllm_config)
 
     # Adapters ------------------------------------------------------------------------------
 
@@ -173,3 +176,10 @@ class VllmLoRAServing(LoRAServing):
         with set_current_vllm_config(self.vllm_config), torch.no_grad():
             self._activate(adapters)
             return tuple(self.model.embed_multimodal(**kwargs))
+
+    def run_request(self, request: Request, adapters: Sequence[int]) -> RequestResult:
+        from vllm.config import set_current_vllm_config
+
+        with set_current_vllm_config(self.vllm_config):
+            self._activate(adapters)
+        return self.request_path.run(request)
