@@ -28,6 +28,7 @@ MODEL_FILE = Path("vllm/model_executor/models/nano_nemotron_vl.py")
 PROCESSOR_FILE = Path("vllm/transformers_utils/processors/nano_nemotron_vl.py")
 PARAKEET_FILE = Path("vllm/model_executor/models/parakeet.py")
 NEMOTRON_H_FILE = Path("vllm/model_executor/models/nemotron_h.py")
+PEFT_HELPER_FILE = Path("vllm/lora/peft_helper.py")
 
 
 class MutationError(RuntimeError):
@@ -136,6 +137,14 @@ MUTATIONS: dict[str, Mutation] = {
             ),
             pattern=r'^(?P<indent>[ \t]+)language_model="language_model",$',
             replacement=r'\g<indent>language_model="",',
+        ),
+        Mutation(
+            name="lora-scaling-dropped",
+            upstream="#56231",
+            description="an adapter's delta B A x added unscaled: alpha / r dropped (rsLoRA kept)",
+            pattern=r"^(?P<indent>[ \t]+)return alpha / rank$",
+            replacement=r"\g<indent>return 1.0",
+            file=PEFT_HELPER_FILE,
         ),
         Mutation(
             name="deepcopy-live-config",

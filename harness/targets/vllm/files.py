@@ -96,7 +96,31 @@ def load_model_files(paths: Sequence[Path]) -> types.ModuleType:
             else:
                 sys.modules[name] = module
         raise
+    for name, installed in saved.items():
+        if installed is not None and name != MODEL_MODULE:
+            _rebind_importers(name, installed, sys.modules[name])
     return sys.modules[MODEL_MODULE]
+
+
+def _rebind_importers(
+    name: str, installed: types.ModuleType, replacement: types.ModuleType
+) -> None:
+    """vLLM modules imported before the replacement that took names from the installed module
+    (``from vllm.lora.peft_helper import PEFTHelper``) hold its objects: point each such name
+    at the replacement's object of the same name, so the file under test is what runs."""
+    defined = {
+        id(value): attr
+        for attr, value in vars(installed).items()
+        if getattr(value, "__module__", None) == name
+    }
+    for module in list(sys.modules.values()):
+        module_name = getattr(module, "__name__", "")
+        if module is replacement or not module_name.startswith("vllm"):
+            continue
+        for attr, value in list(vars(module).items()):
+            source = defined.get(id(value))
+            if source is not None and hasattr(replacement, source):
+                setattr(module, attr, getattr(replacement, source))
 
 
 def _exec_in_place(name: str, path: Path) -> None:
