@@ -96,9 +96,9 @@ def load_model_files(paths: Sequence[Path]) -> types.ModuleType:
             else:
                 sys.modules[name] = module
         raise
-    for name, installed in saved.items():
-        if installed is not None and name != MODEL_MODULE:
-            _rebind_importers(name, installed, sys.modules[name])
+    for name, original in saved.items():
+        if original is not None and name != MODEL_MODULE:
+            _rebind_importers(name, original, sys.modules[name])
     return sys.modules[MODEL_MODULE]
 
 
