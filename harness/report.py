@@ -387,6 +387,12 @@ def _feature_lines(entries: list[tuple[str, str, dict[str, Any]]]) -> list[str]:
     ]
 
 
+def _lora_lines(entries: list[tuple[str, str, dict[str, Any]]]) -> list[str]:
+    return [
+        f"- {module}: {n['max_token_error']:.3g} ≤ {n['bound']:.3g}" for _, module, n in entries
+    ]
+
+
 #: Each kind of measured numbers (a measured entry's ``kind``; parity when it has none): its
 #: heading and how its entries are listed.
 _MEASURED_KINDS: tuple[
@@ -408,6 +414,12 @@ _MEASURED_KINDS: tuple[
         "Features before the towers of {} against the reference's (largest elementwise error; "
         "bound atol + rtol |x|):",
         _feature_lines,
+    ),
+    (
+        "lora",
+        "LoRA layers of {} against W x + s B A x from the adapter files (largest relative error "
+        "of a token in a batch of three adapters and none, bound):",
+        _lora_lines,
     ),
 )
 

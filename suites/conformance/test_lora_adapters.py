@@ -26,6 +26,8 @@ the checkpoint's weights, never from the target:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import pytest
 import torch
 from hypothesis import given, settings
@@ -74,6 +76,39 @@ def adapter_modules(adapter: AdapterSpec) -> dict[str, tuple[torch.Tensor, torch
                 stem = key.removesuffix(a_suffix)
                 modules[stem.removeprefix(PEFT_PREFIX)] = (tensors[key], tensors[stem + b_suffix])
     return modules
+
+
+def token_errors(
+    served: LoRAServing, module: str, ids: Sequence[int], adapters: dict[int, AdapterSpec]
+) -> tuple[torch.Tensor, torch.dtype]:
+    """``module``'s output for tokens served with adapter ``ids`` against ``W x + s B A x`` per
+    token (``W x`` without an adapter), in fp64 from the checkpoint's weight and the adapter
+    files: the relative error of each token, and the dtype the target computed in."""
+    weight = checkpoint_weights(SPEC)[f"{module}.weight"].double()
+    g = torch.Generator().manual_seed(60)
+    x = torch.randn(len(ids), weight.shape[1], generator=g).bfloat16()
+    expected = x.double() @ weight.t()
+    for row, adapter_id in enumerate(ids):
+        if adapter_id:
+            adapter = adapters[adapter_id]
+            a, b = (t.double() for t in adapter_modules(adapter)[module])
+            expected[row] += adapter.scaling * (b @ (a @ x[row].double()))
+    got = served.linear(module, x, ids)
+    return (got.double() - expected).norm(dim=1) / expected.norm(dim=1), got.dtype
+
+
+def serves_its_adapters(
+    served: LoRAServing, module: str, ids: list[int], adapters: dict[int, AdapterSpec]
+) -> str | None:
+    """What is wrong with ``module``'s output for tokens served with ``ids`` (None: nothing)."""
+    errors, dtype = token_errors(served, module, ids, adapters)
+    worst = int(errors.argmax())
+    if float(errors[worst]) <= LORA_BOUND[dtype]:
+        return None
+    return (
+        f"{module}: token {worst} (adapter {ids[worst]}) is {float(errors[worst]):.3g} from its "
+        f"adapter's W x + s B A x"
+    )
 
 
 #: The language model's projections, by their last name (one module each in the folder).
@@ -138,20 +173,10 @@ def batch_serving(target) -> LoRAServing:
 
 @pytest.mark.parametrize("projection", PROJECTIONS)
 def test_each_adapted_layer_adds_its_tokens_delta(batch_serving, projection, record_property):
-    modules = adapter_modules(ADAPTERS_BY_NAME[BATCH_ADAPTERS[0]])
-    (module,) = [m for m in modules if m.endswith(f".{projection}")]
-    weight = checkpoint_weights(SPEC)[f"{module}.weight"].double()
-    g = torch.Generator().manual_seed(60)
-    x = torch.randn(len(TOKEN_ADAPTERS), weight.shape[1], generator=g).bfloat16()
-    expected = x.double() @ weight.t()
-    for row, adapter_id in enumerate(TOKEN_ADAPTERS):
-        if adapter_id:
-            adapter = ADAPTERS_BY_NAME[BATCH_ADAPTERS[adapter_id - 1]]
-            a, b = (t.double() for t in adapter_modules(adapter)[module])
-            expected[row] += adapter.scaling * (b @ (a @ x[row].double()))
-    got = batch_serving.linear(module, x, TOKEN_ADAPTERS)
-    bound = LORA_BOUND[got.dtype]
-    errors = (got.double() - expected).norm(dim=1) / expected.norm(dim=1)
+    adapters = {i + 1: ADAPTERS_BY_NAME[name] for i, name in enumerate(BATCH_ADAPTERS)}
+    (module,) = [m for m in adapter_modules(adapters[1]) if m.endswith(f".{projection}")]
+    errors, dtype = token_errors(batch_serving, module, TOKEN_ADAPTERS, adapters)
+    bound = LORA_BOUND[dtype]
     record_property(
         "measured",
         {module: {"kind": "lora", "max_token_error": float(f"{errors.max():.3g}"), "bound": bound}},
@@ -159,7 +184,7 @@ def test_each_adapted_layer_adds_its_tokens_delta(batch_serving, projection, rec
     worst = int(errors.argmax())
     assert float(errors[worst]) <= bound, (
         f"{module}: token {worst} (adapter {TOKEN_ADAPTERS[worst]}) is {float(errors[worst]):.3g} "
-        f"from W x + s B A x (relative), bound {bound:.3g} for {got.dtype}"
+        f"from W x + s B A x (relative), bound {bound:.3g} for {dtype}"
     )
 
 
@@ -223,39 +248,6 @@ def test_a_request_embeds_as_without_lora_under_an_adapter(target, request_runs,
             f"{name}: rows differ from the model's without LoRA by up to "
             f"{float((a.float() - b.float()).abs().max()):.3g}"
         )
-
-
-def expected_linear(
-    module: str, x: torch.Tensor, token_adapters: list[AdapterSpec | None]
-) -> torch.Tensor:
-    """``W x + s B A x`` per token (``W x`` where the token has no adapter), in fp64, from the
-    checkpoint's weight and the adapter files."""
-    weight = checkpoint_weights(SPEC)[f"{module}.weight"].double()
-    out = x.double() @ weight.t()
-    for row, adapter in enumerate(token_adapters):
-        if adapter is not None:
-            a, b = (t.double() for t in adapter_modules(adapter)[module])
-            out[row] += adapter.scaling * (b @ (a @ x[row].double()))
-    return out
-
-
-def serves_its_adapters(
-    served: LoRAServing, module: str, ids: list[int], adapters: dict[int, AdapterSpec]
-) -> str | None:
-    """What is wrong with ``module``'s output for tokens served with ``ids`` (None: nothing)."""
-    g = torch.Generator().manual_seed(61)
-    weight = checkpoint_weights(SPEC)[f"{module}.weight"]
-    x = torch.randn(len(ids), weight.shape[1], generator=g).bfloat16()
-    got = served.linear(module, x, ids)
-    expected = expected_linear(module, x, [adapters[i] if i else None for i in ids])
-    errors = (got.double() - expected).norm(dim=1) / expected.norm(dim=1)
-    worst = int(errors.argmax())
-    if float(errors[worst]) <= LORA_BOUND[got.dtype]:
-        return None
-    return (
-        f"{module}: token {worst} (adapter {ids[worst]}) is {float(errors[worst]):.3g} from its "
-        f"adapter's W x + s B A x"
-    )
 
 
 #: The module whose output the loading and slot checks read (an attention projection).

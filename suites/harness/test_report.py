@@ -378,8 +378,20 @@ def test_what_checks_measured_is_listed_by_kind():
             "",
         ),
         ("suites/conformance/test_parity.py::test_connector_matches_the_reference", "pass", ""),
+        (
+            "suites/conformance/test_lora_adapters.py::test_each_adapted_layer_adds_its_tokens_delta[q_proj]",
+            "pass",
+            "",
+        ),
     )
-    parity, sensitivity, features, connector = document["checks"]
+    parity, sensitivity, features, connector, lora = document["checks"]
+    lora["measured"] = {
+        "language_model.backbone.layers.2.mixer.q_proj": {
+            "kind": "lora",
+            "max_token_error": 0.00312,
+            "bound": 0.0078125,
+        }
+    }
     connector["measured"] = {
         "connector": {"dtype": "bfloat16", "relative_error": 0.0047, "bound": 0.0625}
     }
@@ -409,6 +421,7 @@ def test_what_checks_measured_is_listed_by_kind():
     md = render_markdown(report_of([TargetRun("vllm", 0, document)]))
     assert "- audios: audio[0] 4.10e-03 ≤ 0.0625 (bfloat16)" in md
     assert "- test_connector_matches_the_reference: connector 4.70e-03 ≤ 0.0625" in md
+    assert "- language_model.backbone.layers.2.mixer.q_proj: 0.00312 ≤ 0.00781" in md
     assert "- audio-hop-160: 0.603 / 0.0625 (bfloat16) = 9.65x (at least 4x)" in md
     assert (
         "- audios audio[0] input_audio_features: 2.15e-06 (float32; atol 0.0001, rtol 1e-05)" in md
