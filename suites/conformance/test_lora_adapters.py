@@ -124,12 +124,19 @@ PROJECTIONS = (
 )
 
 
-@pytest.mark.parametrize("name", ["lm-projections", "rank-4", "rslora"])
+def checkpoint_name(module: str) -> str:
+    """A module as the checkpoint names it (an adapter may use vLLM's names)."""
+    return module.replace("language_model.model.", "language_model.backbone.").replace(
+        ".embed_tokens", ".embeddings"
+    )
+
+
+@pytest.mark.parametrize("name", ["lm-projections", "rank-4", "rslora", "lm-embeddings-vllm-names"])
 def test_an_adapter_is_applied_to_exactly_its_modules(target, name):
     adapter = ADAPTERS_BY_NAME[name]
     served = target.lora(SPEC, LoRAOptions())
     load = served.add(1, adapter_folder(SPEC, adapter))
-    expected = sorted(adapter_modules(adapter))
+    expected = sorted(checkpoint_name(m) for m in adapter_modules(adapter))
     assert load.applied == expected, (
         f"{name}: applied to {load.applied}, the file adapts {expected}"
     )
