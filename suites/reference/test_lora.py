@@ -118,7 +118,7 @@ def test_mapping_is_fixed_length(lm):
         ("vision_model.radio_model.blocks.0.attn.qkv", "language model only"),
         ("mlp1.1", "language model only"),
         ("sound_encoder.encoder.layers.0.feed_forward1.linear1", "language model only"),
-        ("model.layers.0.mixer.not_a_layer", "not a LoRA target"),
+        ("model.layers.0.mixer.not_a_layer", "expected a LoRA target of this model"),
     ],
 )
 def test_adapters_outside_the_language_model_are_rejected(lm, module, message):
@@ -135,7 +135,7 @@ def test_bad_shapes_and_ranks_are_named(lm):
     )
     with pytest.raises(LoRAError, match=r"w: model.layers.0.mixer.out_proj: expected A"):
         lora.load(wrong)
-    with pytest.raises(LoRAError, match="rank 4 exceeds max_rank=2"):
+    with pytest.raises(LoRAError, match="r: expected a rank of at most max_lora_rank=2, got 4"):
         lora.load(random_adapter(lm, "big", 4, 0))
 
 
