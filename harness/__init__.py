@@ -18,7 +18,8 @@
   ``vllm_layers``: vLLM's own layers on CPU as oracles.
 - ``results``: the results schema; ``report``: the conformance report; ``conformance``: the
   main job; ``supervisor``: each target's pytest process watched from outside; ``gate``: the
-  pull-request gate.
+  pull-request gate; ``findings``: the reproductions of vLLM bugs run against the installed
+  vLLM, as a table.
 - ``mutation``: the regression corpus, its kill matrix and the mutation score; ``lint``: the
   tensor-truthiness lint (installs alone); ``bench_report``: speed goals over benchmarks;
   ``environment``: the process environment every run needs.
