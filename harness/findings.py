@@ -39,7 +39,7 @@ for path in sys.argv[1:]:
         outcome = str(runpy.run_path(path, run_name="finding")["main"]())
     except BaseException as e:
         traceback.print_exc(file=sys.stdout)
-        outcome = "error " + type(e).__name__
+        outcome = "error:" + type(e).__name__
     print({end!r} + path + " " + outcome, flush=True)
 """
 
@@ -99,11 +99,19 @@ def run_all(paths: Sequence[Path], timeout_s: float = 900.0) -> list[FindingRun]
             timeout=timeout_s,
             cwd=ROOT,
         )
-        output = done.stdout
+        output, errors = done.stdout, done.stderr
     except subprocess.TimeoutExpired as e:
         stdout = e.stdout
         output = stdout.decode() if isinstance(stdout, bytes) else (stdout or "")
-    return parse(output, paths)
+        errors = f"timed out after {timeout_s:g} s"
+    runs = parse(output, paths)
+    last_error = next((line for line in reversed(errors.splitlines()) if line.strip()), "")
+    return [
+        FindingRun(run.name, run.status, f"{run.said} (stderr: {last_error})")
+        if run.status == Status.BROKEN and last_error
+        else run
+        for run in runs
+    ]
 
 
 def render(runs: Sequence[FindingRun], vllm_version: str) -> str:

@@ -116,6 +116,12 @@ ADAPTERS: tuple[AdapterSpec, ...] = (
     AdapterSpec("lm-projections", LM_PROJECTIONS),
     AdapterSpec("rank-4", LM_PROJECTIONS, rank=4, alpha=8.0, seed=4),
     AdapterSpec("rslora", LM_PROJECTIONS, rank=8, alpha=4.0, use_rslora=True, seed=5),
+    # Some of the projections only: its slot must hold nothing for the others.
+    AdapterSpec(
+        "attention-only",
+        r"language_model\.backbone\.layers\.\d+\.mixer\.(q_proj|k_proj|v_proj|o_proj)",
+        seed=8,
+    ),
     # ... and the token embedding and the head, named as the checkpoint names them.
     AdapterSpec("lm-embeddings", LM_EMBEDDINGS, seed=1),
     # The same, the embedding saved under vLLM's module name (``embed_tokens``).
@@ -243,7 +249,9 @@ def write_broken_adapter(spec: ModelSpec, kind: str, folder: Path, max_lora_rank
     elif kind == "missing-file":
         weights.unlink()
     elif kind == "extends-vocabulary":
-        (folder / "added_tokens.json").write_text(json.dumps({"<new_token>": 10_000}))
+        # PEFT numbers added tokens from the end of the model's vocabulary.
+        vocab = checkpoint_weights(spec)[f"{EMBEDDING_MODULE}.weight"].shape[0]
+        (folder / "added_tokens.json").write_text(json.dumps({"<new_token>": vocab}))
         save_file(
             {
                 "input_embeddings": torch.ones(1, spec.hidden_size),

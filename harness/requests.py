@@ -173,7 +173,9 @@ class RequestItem:
 class ItemFeatures:
     """What a target's processor hands a tower for one item, before the engine casts it to the
     model's dtype: the floating features (pixel values, log-mel features) and their masks, by
-    the processor's keyword names, as fp32 or bool tensors."""
+    the processor's keyword names: floating tensors in the dtype the processor made them (fp32,
+    or the checkpoint's dtype where the processor casts itself: vLLM's pixel values), masks
+    bool."""
 
     modality: str
     index: int
@@ -539,7 +541,7 @@ class ContentPair:
 
 
 def _one_image(spec: ModelSpec, variant: int) -> Request:
-    # A 2 x 1 grid of tiles and the thumbnail (static), a 6 x 4 patch grid (dynamic).
+    # A 2 x 1 grid of tiles and the thumbnail (static), a 6 x 10 patch grid (dynamic).
     size = (100, 150) if spec.dynamic_resolution else (70, 140)
     return Request("Look: <image>.", images=[pil_image(*size, seed=40 + variant)])
 

@@ -192,18 +192,40 @@ class LoRAModel:
 
     def load(self, adapter: LoRAAdapter) -> int:
         """Put ``adapter`` in the first free slot; every module name must be a wrapped layer
-        (or a slice of a packed one)."""
+        (or a slice of a packed one). All of it is checked before the slot is touched, and the
+        slot is cleared first: a refused adapter leaves nothing, a loaded one nothing of an
+        earlier one."""
         capacity = next(iter(self.wrappers.values())).lora_a.shape[0]
         taken = set(self.adapters.values())
         slot = next((s for s in range(capacity) if s not in taken), capacity)
         if slot >= capacity:
-            raise LoRAError(f"adapters: at most {capacity} slots, {adapter.name!r} is one more")
+            raise LoRAError(
+                f"{adapter.name}: max_loras: expected a free slot of {capacity}, got all taken"
+            )
+        writes = self.check(adapter)
+        self._clear(slot)
+        with torch.no_grad():
+            for wrapper, a, b in writes:
+                r = a.shape[0]
+                wrapper.lora_a[slot, :r] = a
+                wrapper.lora_b[slot, :, :r] = b
+                wrapper.scaling[slot] = adapter.scaling
+        self.adapters[adapter.name] = slot
+        self.loaded[adapter.name] = adapter
+        return slot
+
+    def check(
+        self, adapter: LoRAAdapter
+    ) -> list[tuple[LoRALinear | LoRAEmbedding, torch.Tensor, torch.Tensor]]:
+        """What loading ``adapter`` writes, ``(wrapper, A, B)`` per wrapped layer (a packed
+        layer's parts stacked), every name, rank and shape checked; nothing written."""
         max_rank = next(iter(self.wrappers.values())).lora_a.shape[1]
         if adapter.rank > max_rank:
             raise LoRAError(
                 f"{adapter.name}: r: expected a rank of at most max_lora_rank={max_rank}, got "
                 f"{adapter.rank}"
             )
+        writes = []
         packed: dict[str, dict[str, tuple[torch.Tensor, torch.Tensor]]] = {}
         for name, (a, b) in adapter.weights.items():
             if name.startswith(TOWER_PREFIXES) or ".vision_model." in name:
@@ -217,7 +239,7 @@ class LoRAModel:
             if owner is not None:
                 packed.setdefault(f"{parent}.{owner}", {})[leaf] = (a, b)
                 continue
-            self._put(adapter, slot, name, a, b)
+            writes.append(self._checked(adapter, name, a, b))
         for name, parts in packed.items():
             wrapper = self._wrapper(adapter, name)
             assert isinstance(wrapper, LoRALinear)
@@ -236,20 +258,24 @@ class LoRAModel:
             # A packed delta is block-diagonal in rank: each slice keeps its own A.
             a_full = torch.cat(a_stack)  # [3r, i]
             b_full = _block_diagonal(b_rows)  # [o, 3r]
-            self._put(adapter, slot, name, a_full, b_full, rank=a_full.shape[0])
-        self.adapters[adapter.name] = slot
-        self.loaded[adapter.name] = adapter
-        return slot
+            writes.append(self._checked(adapter, name, a_full, b_full))
+        return writes
 
-    def unload(self, name: str) -> None:
-        """Free ``name``'s slot (its weights zeroed)."""
-        slot = self.adapters.pop(name)
-        self.loaded.pop(name)
+    def _clear(self, slot: int) -> None:
         with torch.no_grad():
             for wrapper in self.wrappers.values():
                 wrapper.lora_a[slot].zero_()
                 wrapper.lora_b[slot].zero_()
                 wrapper.scaling[slot] = 0.0
+
+    def unload(self, name: str) -> None:
+        """Free ``name``'s slot (its weights zeroed)."""
+        if name not in self.adapters:
+            raise LoRAError(
+                f"unload: expected a loaded adapter ({sorted(self.adapters)}), got {name!r}"
+            )
+        self._clear(self.adapters.pop(name))
+        self.loaded.pop(name)
 
     def _wrapper(self, adapter: LoRAAdapter, name: str) -> LoRALinear | LoRAEmbedding:
         if name not in self.wrappers:
@@ -259,20 +285,15 @@ class LoRAModel:
             )
         return self.wrappers[name]
 
-    def _put(
-        self,
-        adapter: LoRAAdapter,
-        slot: int,
-        name: str,
-        a: torch.Tensor,
-        b: torch.Tensor,
-        rank: int | None = None,
-    ) -> None:
+    def _checked(
+        self, adapter: LoRAAdapter, name: str, a: torch.Tensor, b: torch.Tensor
+    ) -> tuple[LoRALinear | LoRAEmbedding, torch.Tensor, torch.Tensor]:
         wrapper = self._wrapper(adapter, name)
-        r = rank or adapter.rank
+        r = a.shape[0]
         if r > wrapper.lora_a.shape[1]:
             raise LoRAError(
-                f"{adapter.name}: {name}: rank {r} exceeds the slot's {wrapper.lora_a.shape[1]}"
+                f"{adapter.name}: {name}: expected a rank of at most {wrapper.lora_a.shape[1]}, "
+                f"got {r}"
             )
         want_a = (r, wrapper.lora_a.shape[2])
         want_b = (wrapper.lora_b.shape[1], r)
@@ -281,12 +302,7 @@ class LoRAModel:
                 f"{adapter.name}: {name}: expected A {want_a} and B {want_b}, got "
                 f"A {tuple(a.shape)} and B {tuple(b.shape)}"
             )
-        with torch.no_grad():
-            wrapper.lora_a[slot].zero_()
-            wrapper.lora_b[slot].zero_()
-            wrapper.lora_a[slot, :r] = a
-            wrapper.lora_b[slot, :, :r] = b
-        wrapper.scaling[slot] = adapter.scaling
+        return wrapper, a, b
 
 
 def _block_diagonal(blocks: Sequence[torch.Tensor]) -> torch.Tensor:

@@ -314,8 +314,9 @@ class MultimodalModel(abc.ABC):
     @abc.abstractmethod
     def request_features(self, request: Request) -> list[ItemFeatures]:
         """The features the target's processor makes of each media item of ``request`` for its
-        towers (in prompt order, embeddings given in the request apart), in fp32: before the
-        engine's cast to the model's dtype, so that a front-end difference is not lost in it."""
+        towers (in prompt order, embeddings given in the request apart), before the engine's
+        cast to the model's dtype, so that a front-end difference is not lost in it: fp32
+        where the processor computes in fp32 (see :class:`~harness.requests.ItemFeatures`)."""
 
     @abc.abstractmethod
     def connect(self, features: torch.Tensor, grid: tuple[int, int]) -> torch.Tensor:

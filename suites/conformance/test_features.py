@@ -68,9 +68,16 @@ def test_features_match_the_reference(target, reference_target, device, form, re
                 f"{tuple(reference.shape)}"
             )
             if key in EXACT_FEATURE_KEYS:
-                assert torch.equal(tensor.cpu(), reference), f"{name}: {key} differs"
+                assert torch.equal(tensor.cpu(), reference), (
+                    f"{name}: {key}: expected the reference's ({int(reference.sum())} of "
+                    f"{reference.numel()} set), got {int(tensor.sum())} set, differing at "
+                    f"{int((tensor.cpu() != reference).sum())} places"
+                )
                 continue
-            assert tensor.dtype in UNIT_ROUNDOFF, f"{name}: {key} is {tensor.dtype}"
+            assert tensor.dtype in UNIT_ROUNDOFF, (
+                f"{name}: {key}: expected a floating dtype {sorted(map(str, UNIT_ROUNDOFF))}, "
+                f"got {tensor.dtype}"
+            )
             error, allowed, where = feature_error(key, tensor, reference)
             atol, rtol = feature_allowance(key, tensor.dtype)
             measured[f"{name} {key}"] = {

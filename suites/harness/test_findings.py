@@ -50,7 +50,7 @@ def test_the_table_says_reproduced_fixed_or_broken():
             f"{findings.START}/r/c.py",
             "Traceback ...",
             "KeyError: 'x'",
-            f"{findings.END}/r/c.py error KeyError",
+            f"{findings.END}/r/c.py error:KeyError",
             f"{findings.START}/r/d.py",
         ]
     )

@@ -53,7 +53,8 @@ class ReferenceLoRAServing(LoRAServing):
 
     def add(self, adapter_id: int, folder: Path) -> AdapterLoad:
         name = f"{adapter_id}:{folder}"
-        adapter = read_peft_adapter(folder, name)  # read whole before a slot is touched
+        adapter = read_peft_adapter(folder, name)
+        self.lora.check(adapter)  # refused before any adapter is evicted for it
         if len(self.names) >= self.options.max_loras:
             # As the engine's LRU cache: the least recently used adapter makes room.
             self.remove(self.used[0])
@@ -63,6 +64,11 @@ class ReferenceLoRAServing(LoRAServing):
         return AdapterLoad(self.applied(adapter_id), [])
 
     def remove(self, adapter_id: int) -> None:
+        if adapter_id not in self.names:
+            raise ValueError(
+                f"remove: adapter_id: expected a loaded adapter {sorted(self.names)}, got "
+                f"{adapter_id}"
+            )
         self.lora.unload(self.names.pop(adapter_id))
         self.used.remove(adapter_id)
 

@@ -86,8 +86,12 @@ def load_model_files(paths: Sequence[Path]) -> types.ModuleType:
         replaced_modules[MODEL_MODULE] = Path(installed.origin)
 
     saved = {name: sys.modules.get(name) for name in replaced_modules}
+    # What each replacement displaces, taken just before it runs: an earlier replacement may
+    # have imported the installed module first.
+    displaced: dict[str, types.ModuleType | None] = {}
     try:
         for name in sorted(replaced_modules, key=_load_order):
+            displaced[name] = sys.modules.get(name)
             _exec_in_place(name, replaced_modules[name])
     except BaseException:
         for name, module in saved.items():
@@ -96,7 +100,7 @@ def load_model_files(paths: Sequence[Path]) -> types.ModuleType:
             else:
                 sys.modules[name] = module
         raise
-    for name, original in saved.items():
+    for name, original in displaced.items():
         if original is not None and name != MODEL_MODULE:
             _rebind_importers(name, original, sys.modules[name])
     return sys.modules[MODEL_MODULE]
@@ -106,8 +110,10 @@ def _rebind_importers(
     name: str, installed: types.ModuleType, replacement: types.ModuleType
 ) -> None:
     """vLLM modules imported before the replacement that took names from the installed module
-    (``from vllm.lora.peft_helper import PEFTHelper``) hold its objects: point each such name
-    at the replacement's object of the same name, so the file under test is what runs."""
+    (``from vllm.lora.peft_helper import PEFTHelper``) hold its functions and classes (and
+    instances of its classes): point each such module-level name at the replacement's object
+    of the same name. References held elsewhere (class attributes, registries, closures) are
+    not reached; the model's own module is re-executed whole instead."""
     defined = {
         id(value): attr
         for attr, value in vars(installed).items()

@@ -103,6 +103,11 @@ class VllmLoRAServing(LoRAServing):
 
     def applied(self, adapter_id: int) -> list[str]:
         """Checkpoint names of the modules whose slot for ``adapter_id`` holds weights."""
+        if adapter_id not in self.manager.lora_index_to_id:
+            raise ValueError(
+                f"applied: adapter_id: expected an active adapter "
+                f"{[a for a in self.manager.lora_index_to_id if a is not None]}, got {adapter_id}"
+            )
         slot = self.manager.lora_index_to_id.index(adapter_id)
         packed = self.manager.packed_modules_mapping
         names: list[str] = []
