@@ -20,7 +20,6 @@ that the delta ``(alpha / r) B A x`` is about a tenth of the layer's output.
 from __future__ import annotations
 
 import atexit
-import dataclasses
 import functools
 import json
 import math
@@ -205,11 +204,6 @@ def adapter_folder(spec: ModelSpec, adapter: AdapterSpec) -> Path:
     temporary folder removed at exit."""
     spec = spec.checkpoint
     return write_adapter(spec, adapter, _adapters_root() / f"{spec.slug}-{adapter.name}")
-
-
-def with_rank(adapter: AdapterSpec, rank: int) -> AdapterSpec:
-    """``adapter`` at another rank (its name says so)."""
-    return dataclasses.replace(adapter, name=f"{adapter.name}-r{rank}", rank=rank)
 
 
 #: Ways an adapter folder is broken, and the field (file or module) a clear error names.

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import sys
 from io import BytesIO
+from typing import Any
 
 from _processor import processor, reproduce_silent
 
@@ -30,9 +31,11 @@ def main() -> int:
     p = processor()
     video = video_file(2, 64, 64, 0, audio_seconds=SECONDS)
 
-    def features(out: object) -> torch.Tensor:
-        item = out["mm_kwargs"]["audio"][0]  # type: ignore[index]
-        return item["input_audio_features"].data.float()
+    def features(out: Any) -> torch.Tensor:
+        """The audio item's log-mel features from vLLM's processor output."""
+        item = out["mm_kwargs"]["audio"][0]
+        features: torch.Tensor = item["input_audio_features"].data.float()
+        return features
 
     def wrong() -> str | None:
         items = p.info.parse_mm_data({"video": [(video.frames, video.metadata())]})
