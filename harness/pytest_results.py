@@ -24,6 +24,7 @@ from harness.results import (
     replace_text,
     write_results,
 )
+from harness.serving import DEFAULT_SERVING, ServingConfig
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -72,6 +73,15 @@ class ProgressFile:
         replace_text(self.path, "")
 
 
+def serving_of(item: pytest.Item) -> ServingConfig:
+    """The serving configuration a check runs under: the :class:`ServingConfig` among its
+    parameters, else :data:`DEFAULT_SERVING`."""
+    callspec = getattr(item, "callspec", None)
+    params = callspec.params.values() if callspec is not None else ()
+    found = [value for value in params if isinstance(value, ServingConfig)]
+    return found[0] if found else DEFAULT_SERVING
+
+
 def _message(report: pytest.TestReport) -> str:
     crash = getattr(report.longrepr, "reprcrash", None)
     if crash is not None:
@@ -116,6 +126,7 @@ class ResultsRecorder:
         self.path = Path(config.getoption("--results-json"))
         self.check_ids: set[str] = set()
         self.runs_on: dict[str, str | None] = {}
+        self.serving: dict[str, ServingConfig] = {}
         self.self_consistency: dict[str, str] = {}
         self.results: dict[str, CheckResult] = {}
         self.build_timings: dict[str, dict[str, float]] = {}
@@ -134,6 +145,7 @@ class ResultsRecorder:
     ) -> None:
         self.check_ids = {item.nodeid for item in items if is_check(item)}
         self.runs_on = {item.nodeid: check_path(item) for item in items if is_check(item)}
+        self.serving = {item.nodeid: serving_of(item) for item in items if is_check(item)}
         self.self_consistency = {
             item.nodeid: str(marker.args[0])
             for item in items
@@ -166,8 +178,12 @@ class ResultsRecorder:
             outcome=outcome.value,
             reason=reason,
             runs_on=self.runs_on.get(report.nodeid),
+            serving=self.serving.get(report.nodeid, DEFAULT_SERVING).name,
             duration_s=round(report.duration, 4),
         )
+        serving = self.serving.get(report.nodeid, DEFAULT_SERVING)
+        if serving != DEFAULT_SERVING:
+            result["serving_args"] = serving.cli_args()
         properties = dict(report.user_properties)
         if "actual_cause" in properties:  # the exception behind an expected failure
             result["actual_cause"] = str(properties["actual_cause"])

@@ -20,6 +20,7 @@ from hypothesis.database import DirectoryBasedExampleDatabase
 
 from harness import ROOT
 from harness.requests import FORMS_BY_NAME, RequestResult
+from harness.serving import DEFAULT_SERVING, ServingConfig
 from harness.targets import (
     TARGET_CHOICES,
     ModelSpec,
@@ -158,11 +159,12 @@ def device(request: pytest.FixtureRequest) -> torch.device:
 @pytest.fixture
 def make_model(target: Target, device: torch.device) -> Callable[..., MultimodalModel]:
     """The target's model of a checkpoint variant: ``make_model(video_temporal_patch_size=2)``
-    (fields of :class:`ModelSpec`)."""
+    (fields of :class:`ModelSpec`), served with ``serving`` (a :class:`ServingConfig`, by
+    default :data:`DEFAULT_SERVING`)."""
 
-    def make(**spec_fields: object) -> MultimodalModel:
+    def make(serving: ServingConfig = DEFAULT_SERVING, **spec_fields: object) -> MultimodalModel:
         try:
-            return target.model(ModelSpec(**spec_fields), device)  # type: ignore[arg-type]
+            return target.model(ModelSpec(**spec_fields), device, serving)  # type: ignore[arg-type]
         except TargetUnavailable as e:
             pytest.skip(f"target {target.name!r} unavailable: {e}")
         except NeedsCuda as e:
@@ -179,20 +181,23 @@ def model(make_model: Callable[..., MultimodalModel]) -> MultimodalModel:
 
 class RequestRuns:
     """Each catalogued request form (:data:`harness.requests.REQUEST_FORMS`) through the target's
-    engine, run on first use and kept: the result, or the exception it raised (raised again)."""
+    engine, served with a configuration (:data:`DEFAULT_SERVING` unless given), run on first
+    use and kept: the result, or the exception it raised (raised again)."""
 
     def __init__(self, target: Target, device: torch.device) -> None:
         self.target = target
         self.device = device
-        self._outcomes: dict[tuple[str, bool], RequestResult | Exception] = {}
+        self._outcomes: dict[tuple[str, bool, ServingConfig], RequestResult | Exception] = {}
 
-    def model(self, form: str) -> MultimodalModel:
-        return self.target.model(FORMS_BY_NAME[form].spec, self.device)
+    def model(self, form: str, serving: ServingConfig = DEFAULT_SERVING) -> MultimodalModel:
+        return self.target.model(FORMS_BY_NAME[form].spec, self.device, serving)
 
-    def run(self, form: str, *, cached: bool = False) -> RequestResult:
-        key = (form, cached)
+    def run(
+        self, form: str, *, cached: bool = False, serving: ServingConfig = DEFAULT_SERVING
+    ) -> RequestResult:
+        key = (form, cached, serving)
         if key not in self._outcomes:
-            model = self.model(form)  # NeedsCuda / TargetUnavailable propagate: not an outcome
+            model = self.model(form, serving)  # NeedsCuda etc. propagate: not an outcome
             try:
                 self._outcomes[key] = model.run_request(FORMS_BY_NAME[form].request, cached=cached)
             except Exception as e:

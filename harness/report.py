@@ -85,6 +85,19 @@ def _runs_on_counts(run: TargetRun) -> dict[str, int]:
     return counts
 
 
+def _by_serving(run: TargetRun) -> dict[str, dict[str, Any]]:
+    """The run's outcomes grouped by the serving configuration each check ran under."""
+    groups: dict[str, dict[str, Any]] = {}
+    for check in run.checks:
+        name = check.get("serving") or "default"
+        group = groups.setdefault(
+            name, {"args": list(check.get("serving_args", [])), "outcomes": {}}
+        )
+        outcomes = group["outcomes"]
+        outcomes[check["outcome"]] = outcomes.get(check["outcome"], 0) + 1
+    return dict(sorted(groups.items(), key=lambda item: (item[0] != "default", item[0])))
+
+
 def _deviations_by_reach(run: TargetRun) -> dict[str, list[str]]:
     """The run's expected failures by how a user reaches them (the deviation's ``reach``)."""
     groups: dict[str, list[str]] = {}
@@ -161,6 +174,7 @@ def build_report(runs: Sequence[TargetRun], command: str = "") -> Report:
                 "stale_deviations": run.results["stale_deviations"] if run.results else [],
                 "build_timings": run.results["build_timings"] if run.results else {},
                 "runs_on": _runs_on_counts(run),
+                "by_serving": _by_serving(run),
                 "deviations_by_reach": _deviations_by_reach(run),
                 "measured": _measured(run),
                 **_supervision(run),
@@ -238,6 +252,7 @@ def render_markdown(report: Report) -> str:
             for what, steps in t["build_timings"].items():
                 parts = ", ".join(f"{k.removesuffix('_s')} {v}" for k, v in steps.items())
                 lines.append(f"- `{t['selector']}` {what}: {parts}")
+    lines += _serving_section(targets)
     lines += _self_consistency_section(report)
     lines += _reach_section(targets) + _measured_section(targets)
     lines += ["", "Files under test:", ""]
@@ -245,11 +260,17 @@ def render_markdown(report: Report) -> str:
         for path, digest in ((t["identity"] or {}).get("files") or {}).items():
             lines.append(f"- `{t['selector']}`: `{path}` sha256 `{digest[:16]}…`")
     lines += ["", "## Checks", ""]
-    header = "| check | " + " | ".join(f"`{t['selector']}`" for t in targets) + " |"
-    lines += [header, "|---" * (len(targets) + 1) + "|"]
+    header = "| check | serving | " + " | ".join(f"`{t['selector']}`" for t in targets) + " |"
+    lines += [header, "|---" * (len(targets) + 2) + "|"]
     for check in report["checks"]:
-        cells = [_cell(check["results"].get(t["selector"])) for t in targets]
-        lines.append(f"| `{check['id'].removeprefix(SHORT_PREFIX)}` | " + " | ".join(cells) + " |")
+        results = [check["results"].get(t["selector"]) for t in targets]
+        serving = next((r.get("serving") for r in results if r and r.get("serving")), "default")
+        cells = [_cell(result) for result in results]
+        lines.append(
+            f"| `{check['id'].removeprefix(SHORT_PREFIX)}` | {serving} | "
+            + " | ".join(cells)
+            + " |"
+        )
     stale = [(t["selector"], s) for t in targets for s in t["stale_deviations"]]
     if stale:
         lines += ["", "## Stale deviation entries (match no check; remove or rename them)", ""]
@@ -293,6 +314,36 @@ def _incident_section(targets: list[dict[str, Any]]) -> list[str]:
     ]
     if usage:
         lines += ["", "Supervision (wall time per check includes its set-up):", "", *usage]
+    return lines
+
+
+def _serving_section(targets: Sequence[dict[str, Any]]) -> list[str]:
+    """Each target's outcomes per serving configuration, with the command that serves it."""
+    names: dict[str, list[str]] = {}
+    for t in targets:
+        for name, group in t.get("by_serving", {}).items():
+            names.setdefault(name, group["args"])
+    if not names:
+        return []
+    lines = [
+        "",
+        "## Serving configurations",
+        "",
+        "Each check runs under one serving configuration (`harness/serving.py`): the options "
+        "of `vllm serve FOLDER` it changes from the default (the checkpoint's dtype, vLLM's "
+        "defaults, `--enable-mm-embeds`); the reference applies the same options in its own "
+        "terms.",
+        "",
+        "| configuration | options | " + " | ".join(f"`{t['selector']}`" for t in targets) + " |",
+        "|---" * (len(targets) + 2) + "|",
+    ]
+    for name, args in names.items():
+        cells = []
+        for t in targets:
+            outcomes = t.get("by_serving", {}).get(name, {}).get("outcomes", {})
+            cells.append(", ".join(f"{n} {o}" for o, n in sorted(outcomes.items())) or "—")
+        options = ("`" + " ".join(args) + "`" if args else "(default)").replace("|", "\\|")
+        lines.append(f"| {name} | {options} | " + " | ".join(cells) + " |")
     return lines
 
 

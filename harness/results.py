@@ -23,7 +23,7 @@ from typing import Any, NotRequired, TypedDict, cast
 from harness import ROOT
 
 #: Bumped when a record changes incompatibly; a reader refuses any other version.
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 SCHEMA_DIR = ROOT / "fixtures" / "schema"
 RESULTS_SCHEMA = SCHEMA_DIR / "results.schema.json"
 REPORT_SCHEMA = SCHEMA_DIR / "conformance.schema.json"
@@ -44,11 +44,17 @@ class Outcome(enum.StrEnum):
 FAILING = (Outcome.FAIL, Outcome.ERROR, Outcome.XPASS)
 
 
+#: The serving configuration of a check whose process died before recording it.
+UNRECORDED_SERVING = "unrecorded"
+
+
 class CheckResult(TypedDict):
     id: str  # the pytest node id
     outcome: str  # an Outcome value
     reason: str
     runs_on: str | None  # what the check reached (harness.targets.base.CHECK_PATHS)
+    serving: str  # the serving configuration it ran under (harness.serving): its name
+    serving_args: NotRequired[list[str]]  # that configuration's options, when not the default
     duration_s: float
     actual_cause: NotRequired[str]  # the exception behind an expected failure
     reach: NotRequired[str]  # how a user reaches the known deviation

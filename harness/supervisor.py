@@ -36,6 +36,7 @@ from pathlib import Path
 from types import FrameType
 
 from harness.results import (
+    UNRECORDED_SERVING,
     CheckResult,
     Incident,
     IncidentKind,
@@ -362,6 +363,7 @@ class Supervisor:
             outcome=outcome.value,
             reason=f"{what}{incident['detail']}; the run went on from the next check",
             runs_on=None,
+            serving=UNRECORDED_SERVING,  # the check's process died before it said
             duration_s=0.0,
         )
         results["checks"] = sorted(

@@ -223,6 +223,10 @@ def read_weights(folder: Path) -> dict[str, torch.Tensor]:
     return weights
 
 
+#: The processor options an engine may start the reference with (the config fields they set).
+PROCESSOR_OPTIONS = ("max_num_tiles", "min_num_patches", "max_num_patches")
+
+
 def load_folder(
     folder: Path,
     tokenizer: PreTrainedTokenizerBase,
@@ -231,17 +235,32 @@ def load_folder(
     text_only: bool = False,
     max_num_tiles: int | None = None,
     video_pruning_rate: float = 0.0,
+    processor_options: Mapping[str, object] | None = None,
+    max_model_len: int | None = None,
 ) -> NanoNemotronVLForConditionalGeneration:
-    """The reference model of a checkpoint folder, its weights loaded (every name checked).
+    """The reference model of a checkpoint folder, its weights loaded (every name checked),
+    computing in ``dtype``.
 
     Serving options (no checkpoint field holds them): ``max_num_tiles``, a serving engine's
     limit of static tiles per image where it is given one (None keeps the config's);
-    ``video_pruning_rate``, EVS's rate (:mod:`reference_impl.evs`)."""
+    ``video_pruning_rate``, EVS's rate (:mod:`reference_impl.evs`); ``processor_options``, the
+    processor's options an engine starts it with (:data:`PROCESSOR_OPTIONS`, over
+    ``max_num_tiles``); ``max_model_len``, the engine's context (None: the config's)."""
     from reference_impl.weights import load_vl_checkpoint
 
     config = dataclasses.replace(read_config(folder), video_pruning_rate=video_pruning_rate)
     if max_num_tiles is not None:
         config = dataclasses.replace(config, max_num_tiles=max_num_tiles)
+    options = dict(processor_options or {})
+    unknown = sorted(set(options) - set(PROCESSOR_OPTIONS))
+    if unknown:
+        raise ConfigError("processor_options", f"keys of {list(PROCESSOR_OPTIONS)}", unknown)
+    for key, value in options.items():
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ConfigError(f"processor_options.{key}", "a positive int", value)
+    config = dataclasses.replace(config, **options)  # type: ignore[arg-type]
+    if max_model_len is not None:
+        config = dataclasses.replace(config, max_model_len=max_model_len)
     model = NanoNemotronVLForConditionalGeneration(config, tokenizer)
     load_vl_checkpoint(model, read_weights(folder), text_only=text_only)
     return model.to(dtype).eval()

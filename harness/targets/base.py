@@ -25,6 +25,7 @@ import torch
 
 from harness.checkpoint import ModelSpec
 from harness.requests import ItemFeatures, ProcessedRequest, Request, RequestResult
+from harness.serving import DEFAULT_SERVING, ServingConfig
 from reference_impl.config import NemotronHConfig
 
 #: How a check reaches its target, as the report shows it.
@@ -256,11 +257,13 @@ class MultimodalModel(abc.ABC):
         calls: EncoderCalls,
         device: torch.device,
         input_dtype: torch.dtype,
+        serving: ServingConfig = DEFAULT_SERVING,
     ) -> None:
         self.spec = spec
         self.calls = calls
         self.device = device
         self.input_dtype = input_dtype
+        self.serving = serving
 
     def parse(self, **kwargs: object) -> dict[str, ParsedModality]:
         """The target's parse step, normalised; keys in the target's modality order."""
@@ -425,10 +428,12 @@ class Target(abc.ABC):
     # The model ---------------------------------------------------------------------------
 
     @abc.abstractmethod
-    def model(self, spec: ModelSpec, device: torch.device) -> MultimodalModel:
-        """The model of ``spec``'s checkpoint folder, built and loaded by the target's own
-        constructor and loader (once per spec, and device where the target runs on several;
-        shared)."""
+    def model(
+        self, spec: ModelSpec, device: torch.device, serving: ServingConfig = DEFAULT_SERVING
+    ) -> MultimodalModel:
+        """The model of ``spec``'s checkpoint folder served with ``serving``'s options, built
+        and loaded by the target's own constructor and loader (once per spec, configuration
+        and device where the target runs on several; shared)."""
 
     # Weight loading ----------------------------------------------------------------------
 

@@ -34,7 +34,7 @@ def results(name, *checks):
         "stopped": "",
         "selected": len(checks),
         "checks": [
-            {"id": i, "outcome": o, "reason": r, "runs_on": None, "duration_s": 0.0}
+            {"id": i, "outcome": o, "reason": r, "runs_on": None, "serving": "default", "duration_s": 0.0}
             for i, o, r in checks
         ],
         "stale_deviations": [],
@@ -63,7 +63,7 @@ def test_all_pass_or_known_deviation_is_exit_0():
     assert exit_status(report) == 0
     assert report["checks"][1]["results"]["vllm"]["outcome"] == "xfail"
     md = render_markdown(report)
-    assert "| `test_a.py::test_b` | pass | xfail: known: why |" in md
+    assert "| `test_a.py::test_b` | default | pass | xfail: known: why |" in md
     assert "`vllm`: `f.py` sha256" in md
 
 
@@ -89,7 +89,7 @@ def test_checks_missing_from_a_target_show_a_dash():
         TargetRun("reference", 0, results("reference", (A, "pass", ""), (B, "pass", ""))),
         TargetRun("vllm", 0, results("vllm", (A, "pass", ""))),
     ]
-    assert "| `test_a.py::test_b` | pass | — |" in render_markdown(report_of(runs))
+    assert "| `test_a.py::test_b` | default | pass | — |" in render_markdown(report_of(runs))
 
 
 def test_runner_writes_the_report_and_exits_0_on_reference(tmp_path):
@@ -291,6 +291,7 @@ def recorded_timeout(check_id):
         "outcome": "fail",
         "reason": "exceeded the check time limit of 1 s",
         "runs_on": None,
+        "serving": "unrecorded",
         "duration_s": 0.0,
     }
 
@@ -352,7 +353,7 @@ def test_self_consistency_checks_are_labelled(tmp_path):
         f"{routing}test_audio_gives_valid_frames_only": None,
     }
     markdown = render_markdown(report_of([TargetRun("reference", 0, run.results)]))
-    assert "| `test_routing.py::test_unrelated_kwargs_are_ignored` | pass [real model] " in markdown
+    assert "| `test_routing.py::test_unrelated_kwargs_are_ignored` | default | pass [real model] " in markdown
     assert "(self-consistency) |" in markdown
     assert "Self-consistency checks (1)" in markdown
 

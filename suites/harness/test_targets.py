@@ -118,6 +118,7 @@ def test_results_json_records_target_and_outcomes(tmp_path):
             "outcome": "pass",
             "reason": "",
             "runs_on": "real model",
+            "serving": "default",
             "duration_s": run.results["checks"][0]["duration_s"],
         }
     ]

@@ -1,5 +1,5 @@
 """The reference model of a checkpoint folder as the suites drive it: its towers' calls recorded,
-the LoRA embedding swappable for one that refuses to run."""
+served with a serving configuration's options."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import torch
 
 from harness.checkpoint import ModelSpec
 from harness.requests import ItemFeatures, ProcessedRequest, Request, RequestResult
+from harness.serving import DEFAULT_SERVING, ServingConfig
 from harness.targets.base import EncoderCalls, MultimodalModel, ParsedModality
 from harness.targets.reference import requests
 from reference_impl.model import (
@@ -21,12 +22,18 @@ from reference_impl.model import (
 
 
 class ReferenceModel(MultimodalModel):
-    """The reference model of a checkpoint folder (fp32), its towers' calls recorded."""
+    """The reference model of a checkpoint folder (fp32 unless served in another dtype), its
+    towers' calls recorded."""
 
-    def __init__(self, model: NanoNemotronVLForConditionalGeneration, spec: ModelSpec) -> None:
+    def __init__(
+        self,
+        model: NanoNemotronVLForConditionalGeneration,
+        spec: ModelSpec,
+        serving: ServingConfig = DEFAULT_SERVING,
+    ) -> None:
         calls = EncoderCalls()
-        device = model.language_model.lm_head.weight.device
-        super().__init__(spec, calls, device, torch.float32)
+        weight = model.language_model.lm_head.weight
+        super().__init__(spec, calls, weight.device, weight.dtype, serving)
         self.model = model
         self.multimodal: NanoNemotronVLModel = model.multimodal
         vision = self.multimodal.vision_model
@@ -51,18 +58,20 @@ class ReferenceModel(MultimodalModel):
         return recorded
 
     def process_request(self, request: Request) -> ProcessedRequest:
-        return requests.prompt(self.multimodal, request)
+        return requests.prompt(self.multimodal, request, self.serving)
 
     def run_request(self, request: Request, *, cached: bool = False) -> RequestResult:
         # The reference processor keeps no cache: cached and uncached runs are the same run.
-        return requests.run(self.multimodal, request)
+        return requests.run(self.multimodal, request, self.serving)
 
     def request_features(self, request: Request) -> list[ItemFeatures]:
-        return requests.features(self.multimodal, request)
+        return requests.features(self.multimodal, request, self.serving)
 
     def connect(self, features: torch.Tensor, grid: tuple[int, int]) -> torch.Tensor:
         with torch.no_grad():
-            out: torch.Tensor = self.multimodal.connector(features.to(self.device), grid)
+            out: torch.Tensor = self.multimodal.connector(
+                features.to(self.device, self.input_dtype), grid
+            )
         return out
 
     def _merge(

@@ -1,5 +1,6 @@
-"""A user's request through the reference: its processor, then ``embed_multimodal`` once per
-modality (the reference has no batching of its own to model)."""
+"""A user's request through the reference: the engine's refusals a serving configuration sets
+(:func:`admit`, and the context), its processor, then ``embed_multimodal`` once per modality
+(the reference has no batching of its own to model)."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from harness.requests import (
     VideoFile,
     audio_decode_cap_s,
 )
+from harness.serving import DEFAULT_SERVING, ServingConfig
 from reference_impl.errors import ConfigError
 from reference_impl.model import NanoNemotronVLModel
 from reference_impl.processor import (
@@ -69,13 +71,43 @@ def process(processor: NanoNemotronVLProcessor, request: Request) -> ProcessorOu
     )
 
 
-def _processed(model: NanoNemotronVLModel, request: Request) -> ProcessorOutput:
+def admit(serving: ServingConfig, request: Request) -> None:
+    """The engine's refusals of a request before its processor runs: embeddings without
+    ``--enable-mm-embeds``, more items of a modality than ``--limit-mm-per-prompt`` allows."""
+    given = [m for m in ("image", "video") if request.embeddings(m) is not None]
+    if given and not serving.enable_mm_embeds:
+        raise ConfigError(
+            "enable_mm_embeds",
+            f"True (--enable-mm-embeds) for a request with {given[0]} embeddings",
+            False,
+        )
+    for modality, limit in serving.limits().items():
+        count = request.num_items(modality)  # type: ignore[arg-type]  # a LIMITED_MODALITY
+        if count > limit:
+            raise ConfigError(
+                f"limit_mm_per_prompt.{modality}",
+                f"at most {limit} {modality} item(s) in one prompt (--limit-mm-per-prompt)",
+                count,
+            )
+
+
+def _processed(
+    model: NanoNemotronVLModel, request: Request, serving: ServingConfig
+) -> ProcessorOutput:
+    admit(serving, request)
     sampling_rate = model.config.sound_config.sampling_rate if model.config.sound_config else None
     if request.audios and sampling_rate != AUDIO_SAMPLE_RATE:
         raise ConfigError("audios", f"audio at {sampling_rate} Hz", f"{AUDIO_SAMPLE_RATE} Hz")
     # The engine's audio decode cap, read at each request as vLLM reads it at each decode.
     config = dataclasses.replace(model.config, max_audio_duration_s=audio_decode_cap_s())
-    return process(NanoNemotronVLProcessor(config, model.tokenizer), request)
+    processed = process(NanoNemotronVLProcessor(config, model.tokenizer), request)
+    if len(processed.input_ids) > config.max_model_len:
+        raise ConfigError(
+            "max_model_len",
+            f"a processed prompt of at most {config.max_model_len} tokens (--max-model-len)",
+            len(processed.input_ids),
+        )
+    return processed
 
 
 def _items(processed: ProcessorOutput) -> list[RequestItem]:
@@ -89,15 +121,19 @@ def _items(processed: ProcessorOutput) -> list[RequestItem]:
     ]
 
 
-def prompt(model: NanoNemotronVLModel, request: Request) -> ProcessedRequest:
+def prompt(
+    model: NanoNemotronVLModel, request: Request, serving: ServingConfig = DEFAULT_SERVING
+) -> ProcessedRequest:
     """The request through the reference processor alone."""
-    processed = _processed(model, request)
+    processed = _processed(model, request, serving)
     return ProcessedRequest(processed.input_ids, _items(processed))
 
 
-def run(model: NanoNemotronVLModel, request: Request) -> RequestResult:
+def run(
+    model: NanoNemotronVLModel, request: Request, serving: ServingConfig = DEFAULT_SERVING
+) -> RequestResult:
     """The request through the reference processor and model."""
-    processed = _processed(model, request)
+    processed = _processed(model, request, serving)
     embedded: dict[tuple[str, int], torch.Tensor] = {}
     batches: list[Batch] = []
     with torch.no_grad():
@@ -124,9 +160,11 @@ _ITEM_FEATURES: dict[str, tuple[tuple[str, ...], str]] = {
 }
 
 
-def features(model: NanoNemotronVLModel, request: Request) -> list[ItemFeatures]:
+def features(
+    model: NanoNemotronVLModel, request: Request, serving: ServingConfig = DEFAULT_SERVING
+) -> list[ItemFeatures]:
     """The reference processor's features of each media item, in prompt order."""
-    processed = _processed(model, request)
+    processed = _processed(model, request, serving)
     kwargs = processed.mm_kwargs
     per_item: dict[tuple[str, int], dict[str, torch.Tensor]] = {}
     for modality, (keys, count_key) in _ITEM_FEATURES.items():

@@ -17,6 +17,7 @@ from torch import nn
 import reference_impl
 from harness import ROOT
 from harness.checkpoint import ModelSpec, checkpoint_folder, checkpoint_weights
+from harness.serving import DEFAULT_SERVING, ServingConfig
 from harness.targets.base import (
     FUNCTIONS,
     LORA_MANAGER,
@@ -212,20 +213,31 @@ class ReferenceTarget(Target):
         return CHECK_PATHS.get(concern, FUNCTIONS)
 
     def __init__(self) -> None:
-        self._models: dict[tuple[ModelSpec, str], ReferenceModel] = {}
+        self._models: dict[tuple[ModelSpec, str, ServingConfig], ReferenceModel] = {}
         self._fresh: dict[ModelSpec, NanoNemotronVLForConditionalGeneration] = {}
         self.timings: dict[str, dict[str, float]] = {}
 
-    def model(self, spec: ModelSpec, device: torch.device) -> MultimodalModel:
-        key = (spec, str(device))
+    def model(
+        self, spec: ModelSpec, device: torch.device, serving: ServingConfig = DEFAULT_SERVING
+    ) -> MultimodalModel:
+        """The reference applies ``serving`` in its own terms: ``--dtype`` the dtype its model
+        computes in ("auto": fp32, the oracle's precision, whatever the folder is saved in);
+        ``--max-model-len`` and ``--mm-processor-kwargs`` its processor's context and options;
+        the request-level options (embeddings accepted, per-prompt limits, the context, the
+        video loader's frames) in its request path (:mod:`.requests`). It has no caches to
+        size and no tensor parallelism: checks of those raise :class:`NotImplementedByTarget`."""
+        key = (spec, str(device), serving)
         if key not in self._models:
             loaded = load_folder(
                 checkpoint_folder(spec),
                 shared_tokenizer(),
+                dtype=serving.torch_dtype(torch.float32),
                 max_num_tiles=spec.max_num_tiles,
                 video_pruning_rate=spec.video_pruning_rate,
+                processor_options=serving.processor_kwargs(),
+                max_model_len=serving.max_model_len,
             ).to(device)
-            self._models[key] = ReferenceModel(loaded, spec)
+            self._models[key] = ReferenceModel(loaded, spec, serving)
         model = self._models[key]
         model.calls.reset()
         return model

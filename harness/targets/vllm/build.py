@@ -1,9 +1,9 @@
 """vLLM builds and loads a checkpoint folder as it does for a user, on CPU.
 
-- :func:`engine_config`: ``ModelConfig`` and ``VllmConfig`` from the folder (offline, the
-  context its config states,
-  ``trust_remote_code`` for the folder's configuration module, ``enable_mm_embeds`` so embedding
-  inputs are accepted; every modality limit 0 for text-only; ``hf_overrides`` as given).
+- :func:`engine_config`: the ``VllmConfig`` of ``vllm serve FOLDER`` with a serving
+  configuration's options (:mod:`harness.serving`), through vLLM's own argument parser and
+  ``EngineArgs`` (offline, the context the folder's config states, ``trust_remote_code`` for
+  its configuration module; every modality limit 0 for text-only; ``hf_overrides`` as given).
 - :func:`load_stream`: vLLM's loader fed a stream of checkpoint tensors.
 - :func:`build_and_load`: the model class from vLLM's registry (checked to be the class of the
   file under test), then the steps of vLLM's ``BaseModelLoader.load_model``: its constructor
@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 import types
@@ -26,6 +27,7 @@ from typing import Any
 
 import torch
 
+from harness.serving import DEFAULT_SERVING, ServingConfig
 from harness.targets.base import LoRAOptions, NeedsCuda, TargetLoadError
 from harness.targets.vllm.runtime import init_cpu_runtime, without_packed_cpu_kernels
 
@@ -55,43 +57,47 @@ class Timings:
 def engine_config(
     folder: Path,
     *,
+    serving: ServingConfig = DEFAULT_SERVING,
     text_only: bool = False,
     hf_overrides: Mapping[str, Any] | None = None,
     mm_processor_kwargs: Mapping[str, Any] | None = None,
     video_pruning_rate: float = 0.0,
     lora: LoRAOptions | None = None,
 ) -> Any:
-    """A ``VllmConfig`` for the checkpoint ``folder``, as ``vllm serve FOLDER`` would make it
-    (``--mm-processor-kwargs``: ``mm_processor_kwargs``; ``--video-pruning-rate``:
-    ``video_pruning_rate``, passed on as given, 0 as the default None; ``--enable-lora
-    --max-loras --max-lora-rank``: ``lora``)."""
+    """The ``VllmConfig`` of ``vllm serve FOLDER`` with ``serving``'s options, made as the
+    command makes it: the options parsed by vLLM's own argument parser into ``EngineArgs``,
+    then ``EngineArgs.create_engine_config``.
+
+    The harness adds: ``--trust-remote-code`` (the folder's configuration module), the context
+    the folder's config states unless ``serving`` sets one, ``--mm-processor-kwargs`` (the
+    checkpoint variant's ``mm_processor_kwargs`` under ``serving``'s), ``--video-pruning-rate``
+    (0 leaves vLLM's default None), ``--hf-overrides``, every modality limit 0 for
+    ``text_only``, and ``--enable-lora --max-loras --max-lora-rank`` for ``lora``.
+    """
     init_cpu_runtime()
-    from vllm.config import DeviceConfig, LoadConfig, LoRAConfig, ModelConfig, VllmConfig
+    from vllm.engine.arg_utils import EngineArgs
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
 
     # --max-model-len: the context the checkpoint's config states (its processor budgets for it).
     stated = json.loads((folder / "config.json").read_text()).get("max_sequence_length")
-
-    model_config = ModelConfig(
-        model=str(folder),
-        tokenizer=str(folder),
-        trust_remote_code=True,
-        enable_mm_embeds=True,
-        max_model_len=int(stated or MAX_MODEL_LEN),
-        limit_mm_per_prompt=dict.fromkeys(MODALITIES, 0) if text_only else None,
-        hf_overrides=json.loads(json.dumps(dict(hf_overrides or {}))),  # a private copy
-        mm_processor_kwargs=dict(mm_processor_kwargs) if mm_processor_kwargs else None,
-        video_pruning_rate=None if video_pruning_rate == 0.0 else video_pruning_rate,
-    )
-    return VllmConfig(
-        model_config=model_config,
-        device_config=DeviceConfig("cpu"),
-        load_config=LoadConfig(),
-        lora_config=(
-            None
-            if lora is None
-            else LoRAConfig(max_loras=lora.max_loras, max_lora_rank=lora.max_lora_rank)
-        ),
-    )
+    args = [f"--model={folder}", f"--tokenizer={folder}", "--trust-remote-code"]
+    if serving.max_model_len is None:
+        args.append(f"--max-model-len={int(stated or MAX_MODEL_LEN)}")
+    if text_only:
+        serving = dataclasses.replace(serving, limit_mm_per_prompt=dict.fromkeys(MODALITIES, 0))
+    processor_kwargs = {**dict(mm_processor_kwargs or {}), **serving.processor_kwargs()}
+    if processor_kwargs:
+        serving = dataclasses.replace(serving, mm_processor_kwargs=processor_kwargs)
+    args += serving.cli_args()
+    if hf_overrides:
+        args.append(f"--hf-overrides={json.dumps(dict(hf_overrides))}")
+    if video_pruning_rate != 0.0:
+        args.append(f"--video-pruning-rate={video_pruning_rate!r}")
+    if lora is not None:
+        args += ["--enable-lora", f"--max-loras={lora.max_loras}"]
+        args.append(f"--max-lora-rank={lora.max_lora_rank}")
+    parser = EngineArgs.add_cli_args(FlexibleArgumentParser())
+    return EngineArgs.from_cli_args(parser.parse_args(args)).create_engine_config()
 
 
 def check_registered_class(module: types.ModuleType, vllm_config: Any) -> None:
@@ -151,9 +157,10 @@ def build_and_load(
     mm_processor_kwargs: Mapping[str, Any] | None = None,
     video_pruning_rate: float = 0.0,
     lora: LoRAOptions | None = None,
+    serving: ServingConfig = DEFAULT_SERVING,
 ) -> tuple[Any, Any]:
-    """Build the folder's model with vLLM's constructor and load it with vLLM's loader;
-    returns the model and its ``VllmConfig``."""
+    """Build the folder's model with vLLM's constructor and load it with vLLM's loader, served
+    with ``serving``'s options; returns the model and its ``VllmConfig``."""
     from vllm.config import set_current_vllm_config
     from vllm.model_executor.model_loader import get_model_loader
     from vllm.model_executor.model_loader.utils import process_weights_after_loading
@@ -162,6 +169,7 @@ def build_and_load(
     start = time.perf_counter()
     vllm_config = engine_config(
         folder,
+        serving=serving,
         mm_processor_kwargs=mm_processor_kwargs,
         video_pruning_rate=video_pruning_rate,
         lora=lora,

@@ -13,15 +13,22 @@ import torch
 
 from harness.checkpoint import ModelSpec
 from harness.requests import ItemFeatures, ProcessedRequest, Request, RequestResult
+from harness.serving import DEFAULT_SERVING, ServingConfig
 from harness.targets.base import EncoderCalls, MultimodalModel, ParsedModality
 from harness.targets.vllm.requests import VllmRequestPath
 
 
 class VllmModel(MultimodalModel):
-    def __init__(self, model: Any, vllm_config: Any, spec: ModelSpec) -> None:
+    def __init__(
+        self,
+        model: Any,
+        vllm_config: Any,
+        spec: ModelSpec,
+        serving: ServingConfig = DEFAULT_SERVING,
+    ) -> None:
         calls = EncoderCalls()
         dtype = next(model.mlp1.parameters()).dtype
-        super().__init__(spec, calls, torch.device("cpu"), dtype)
+        super().__init__(spec, calls, torch.device("cpu"), dtype, serving)
         self.model = model
         self.vllm_config = vllm_config
         model.vision_model.register_forward_pre_hook(self._record_vision, with_kwargs=True)

@@ -24,6 +24,7 @@ import torch
 
 from harness import ROOT
 from harness.checkpoint import ModelSpec, checkpoint_folder, checkpoint_weights
+from harness.serving import DEFAULT_SERVING, ServingConfig
 from harness.targets.base import (
     FUNCTIONS,
     LORA_MANAGER,
@@ -138,7 +139,7 @@ class VllmTarget(Target):
 
     def __init__(self) -> None:
         self._module: types.ModuleType | None = None
-        self._models: dict[ModelSpec, VllmModel] = {}
+        self._models: dict[tuple[ModelSpec, ServingConfig], VllmModel] = {}
         self._fresh: dict[tuple[ModelSpec, bool], tuple[Any, Any]] = {}  # (model, VllmConfig)
         self._engine_configs: dict[str, Any] = {}  # VllmConfigs by their text_config override
         self._model_configs: dict[ModelSpec, Any] = {}
@@ -174,19 +175,28 @@ class VllmTarget(Target):
 
     # The model ---------------------------------------------------------------------------
 
-    def model(self, spec: ModelSpec, device: torch.device) -> MultimodalModel:
-        if spec not in self._models:
+    def model(
+        self, spec: ModelSpec, device: torch.device, serving: ServingConfig = DEFAULT_SERVING
+    ) -> MultimodalModel:
+        key = (spec, serving)
+        if key not in self._models:
             module = self.load()
             start = time.perf_counter()
             folder = checkpoint_folder(spec)
             written = time.perf_counter() - start
             timings = build.Timings()
             built, vllm_config = build.build_and_load(
-                module, folder, timings, spec.processor_options, spec.video_pruning_rate
+                module,
+                folder,
+                timings,
+                spec.processor_options,
+                spec.video_pruning_rate,
+                serving=serving,
             )
-            self.timings[spec.slug] = {"checkpoint_s": round(written, 3), **timings.as_dict()}
-            self._models[spec] = VllmModel(built, vllm_config, spec)
-        model = self._models[spec]
+            name = spec.slug if serving == DEFAULT_SERVING else f"{spec.slug} {serving.name}"
+            self.timings[name] = {"checkpoint_s": round(written, 3), **timings.as_dict()}
+            self._models[key] = VllmModel(built, vllm_config, spec, serving)
+        model = self._models[key]
         model.calls.reset()
         return model
 
