@@ -8,6 +8,8 @@
   adapter folders for them, as PEFT saves them; ``shared_checkpoints``:
   one run's folders shared by every process; ``weight_streams``: tensors streamed as loaders
   stream them.
+- ``serving``: serving configurations, the options of ``vllm serve`` a user sets (an axis
+  beside the checkpoint variant).
 - ``requests``: a user's multimodal request and what an engine makes of it; ``model_kwargs``:
   builders of valid multimodal keyword arguments for a model; ``strategies``: hypothesis
   strategies over both.
