@@ -4,8 +4,9 @@
   ``pytest_deviations`` (known deviations as strict xfails), ``pytest_results`` (results JSON)
   and ``pytest_checkpoints`` (one set of checkpoint folders per run).
 - ``targets``: the implementations under test behind one small interface.
-- ``checkpoint``: tiny checkpoint folders written from the reference; ``lora_adapters``: LoRA
-  adapter folders for them, as PEFT saves them; ``shared_checkpoints``:
+- ``checkpoint``: tiny checkpoint folders written from the reference (``python -m
+  harness.checkpoint DIR`` writes one); ``lora_adapters``: LoRA adapter folders for them, as PEFT
+  saves them; ``shared_checkpoints``:
   one run's folders shared by every process; ``weight_streams``: tensors streamed as loaders
   stream them.
 - ``serving``: serving configurations, the options of ``vllm serve`` a user sets (an axis
@@ -21,7 +22,7 @@
 - ``results``: the results schema; ``report``: the conformance report; ``conformance``: the
   main job; ``supervisor``: each target's pytest process watched from outside; ``gate``: the
   pull-request gate; ``findings``: the reproductions of vLLM bugs run against the installed
-  vLLM, as a table.
+  vLLM, as a table linking each one's issue text.
 - ``mutation``: the regression corpus, its kill matrix and the mutation score; ``lint``: the
   tensor-truthiness lint (installs alone); ``bench_report``: speed goals over benchmarks;
   ``environment``: the process environment every run needs.

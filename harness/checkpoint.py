@@ -14,10 +14,16 @@ without audio, the video temporal patch ``T``, MTP layers, an ``fp8`` checkpoint
 (:func:`fp8_checkpoint`: its ``quantization_config`` names modules as the checkpoint does). The
 vision tower is RADIO ``vit_small_patch16_224`` (384 wide, 12 layers): vLLM sizes RADIO from its
 model-name table with no depth override on this path, and this is the smallest entry.
+
+One command writes a folder for a person (the findings' reproductions run against it with vLLM
+alone), and LoRA adapter folders for it (:func:`write_adapter_folder`)::
+
+    python -m harness.checkpoint DIR [--dynamic] [--max-model-len N] [--adapter NAME ADIR ...]
 """
 
 from __future__ import annotations
 
+import argparse
 import atexit
 import dataclasses
 import functools
@@ -26,9 +32,11 @@ import json
 import math
 import os
 import shutil
+import sys
 import tempfile
 import threading
 import zlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -54,6 +62,8 @@ AUTO_CONFIG = f"{CONFIG_MODULE.stem}.NanoNemotronVLConfig"
 
 #: Static tiles per image when the engine is not told otherwise (vLLM's and the reference's).
 DEFAULT_MAX_NUM_TILES = 12
+#: The dtypes a checkpoint folder can be saved in (``ModelSpec.checkpoint_dtype``).
+CHECKPOINT_DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32}
 _CHANGED_FIELD_SLUGS = (
     ("max_num_tiles", "tiles"),
     ("video_pruning_rate", "evs"),
@@ -81,6 +91,9 @@ class ModelSpec:
     max_model_len: int = 4096  # the engine's context (the dynamic tiler's budget)
     audio_convolution_bias: bool = True  # False: the Omni form (biases still in the file)
     quantization: Literal["none", "fp8"] = "none"  # "fp8": see :func:`fp8_checkpoint`
+    # The dtype the folder's weights are saved in (its config's ``torch_dtype``): what vLLM's
+    # ``--dtype auto`` serves in.
+    checkpoint_dtype: Literal["bfloat16", "float32"] = "bfloat16"
     # A serving option, not a checkpoint field: the engine-level limit of static tiles per
     # image (vLLM's processor option `max_num_tiles`, default 12), see `processor_options`.
     max_num_tiles: int = DEFAULT_MAX_NUM_TILES
@@ -114,6 +127,11 @@ class ModelSpec:
                 f"ModelSpec.max_num_tiles: expected 1..{DEFAULT_MAX_NUM_TILES}, got "
                 f"{self.max_num_tiles!r}"
             )
+        if self.checkpoint_dtype not in CHECKPOINT_DTYPES:
+            raise ValueError(
+                f"ModelSpec.checkpoint_dtype: expected one of {sorted(CHECKPOINT_DTYPES)}, got "
+                f"{self.checkpoint_dtype!r}"
+            )
         if self.quantization == "fp8" and self.language_model != "v2":
             raise ValueError(
                 "ModelSpec.quantization: 'fp8' is written for the 'v2' language model only (no "
@@ -146,6 +164,8 @@ class ModelSpec:
             parts.append("no-conv-bias")
         if self.quantization != "none":
             parts.append(self.quantization)
+        if self.checkpoint_dtype != "bfloat16":
+            parts.append(f"saved-{self.checkpoint_dtype}")
         # The other fields too, when changed: the slug names the folder, one per spec.
         defaults = {f.name: f.default for f in dataclasses.fields(self)}
         for name, short in _CHANGED_FIELD_SLUGS:
@@ -379,11 +399,13 @@ def write_tokenizer(folder: Path) -> None:
 
 
 def write_checkpoint(
-    spec: ModelSpec, folder: Path, *, seed: int = 0, dtype: torch.dtype = torch.bfloat16
+    spec: ModelSpec, folder: Path, *, seed: int = 0, dtype: torch.dtype | None = None
 ) -> Path:
-    """Write the checkpoint folder of ``spec`` into ``folder`` (created); returns it."""
+    """Write the checkpoint folder of ``spec`` into ``folder`` (created); returns it. Its
+    weights are saved in ``dtype``, by default the spec's ``checkpoint_dtype``."""
     from safetensors.torch import save_file
 
+    dtype = CHECKPOINT_DTYPES[spec.checkpoint_dtype] if dtype is None else dtype
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     config = spec.vl_config()
@@ -491,3 +513,115 @@ def checkpoint_weights(spec: ModelSpec, seed: int = 0) -> dict[str, torch.Tensor
         if key not in _WEIGHTS:
             _WEIGHTS[key] = read_weights(checkpoint_folder(spec, seed))
         return dict(_WEIGHTS[key])
+
+
+# ---------------------------------------------------------------------------------------------
+# The command
+
+#: ``--adapter`` names a broken adapter ``broken-<kind>``, one of ``BROKEN_ADAPTERS``'s kinds.
+BROKEN_PREFIX = "broken-"
+#: The ``--max-lora-rank`` a broken adapter is broken for (its ``rank-above-max`` kind: rank 16).
+BROKEN_FOR_MAX_LORA_RANK = 8
+
+
+def adapter_names() -> list[str]:
+    """What ``--adapter`` writes: each adapter of :mod:`harness.lora_adapters` by name, and each
+    broken kind as ``broken-<kind>``."""
+    from harness.lora_adapters import ADAPTERS, BROKEN_ADAPTERS
+
+    return [a.name for a in ADAPTERS] + [BROKEN_PREFIX + kind for kind in BROKEN_ADAPTERS]
+
+
+def write_adapter_folder(spec: ModelSpec, name: str, folder: Path) -> Path:
+    """Write the PEFT folder of the adapter :func:`adapter_names` calls ``name``, for ``spec``'s
+    checkpoint, into ``folder`` (created); returns it."""
+    from harness.lora_adapters import ADAPTERS_BY_NAME, write_adapter, write_broken_adapter
+
+    if name.startswith(BROKEN_PREFIX):
+        kind = name.removeprefix(BROKEN_PREFIX)
+        return write_broken_adapter(spec, kind, Path(folder), BROKEN_FOR_MAX_LORA_RANK)
+    if name not in ADAPTERS_BY_NAME:
+        raise ValueError(
+            f"write_adapter_folder: name: expected one of {adapter_names()}, got {name!r}"
+        )
+    return write_adapter(spec.checkpoint, ADAPTERS_BY_NAME[name], Path(folder))
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {value}")
+    return value
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m harness.checkpoint DIR [--dynamic] [--max-model-len N] [--adapter NAME ADIR]``:
+    write the tiny checkpoint folder into ``DIR`` (and each named LoRA adapter's folder for it
+    into its ``ADIR``), and print each folder's path, one a line."""
+    parser = argparse.ArgumentParser(
+        prog="python -m harness.checkpoint",
+        description="Write a tiny Nano-Nemotron VL checkpoint folder that vLLM reads as it reads "
+        "a real one (config.json with its configuration module, tokenizer, random bf16 "
+        "model.safetensors), and LoRA adapter folders for it.",
+    )
+    parser.add_argument("folder", type=Path, metavar="DIR", help="the checkpoint folder to write")
+    parser.add_argument(
+        "--dynamic", action="store_true", help="dynamic-resolution images (default: static tiles)"
+    )
+    default_len = ModelSpec().max_model_len
+    parser.add_argument(
+        "--max-model-len",
+        type=_positive_int,
+        default=default_len,
+        metavar="N",
+        help=f"the context the config states (max_sequence_length; default {default_len})",
+    )
+    parser.add_argument(
+        "--adapter",
+        nargs=2,
+        action="append",
+        default=[],
+        metavar=("NAME", "ADIR"),
+        help="also write LoRA adapter NAME for this checkpoint into ADIR (repeatable); NAME is one "
+        f"of {', '.join(adapter_names())} (broken-*: broken for --max-lora-rank "
+        f"{BROKEN_FOR_MAX_LORA_RANK})",
+    )
+    args = parser.parse_args(argv)
+    names = adapter_names()
+    for name, _ in args.adapter:
+        if name not in names:
+            parser.error(f"argument --adapter: NAME: expected one of {names}, got {name!r}")
+    folders = [args.folder, *(Path(d) for _, d in args.adapter)]
+    for path in folders:
+        if path.exists() and not path.is_dir():
+            parser.error(f"{str(path)!r} exists and is not a folder")
+    try:
+        spec = ModelSpec(dynamic_resolution=args.dynamic, max_model_len=args.max_model_len)
+    except ValueError as e:
+        parser.error(str(e))
+    folder = write_checkpoint(spec, args.folder).resolve()
+    print(folder)
+    key = (spec.checkpoint, 0)
+    with _FOLDERS_LOCK:  # the adapters read this folder's tensors rather than write another
+        before = _FOLDERS.get(key)
+        _FOLDERS[key] = folder
+        try:
+            for name, adapter_dir in args.adapter:
+                print(write_adapter_folder(spec, name, Path(adapter_dir)).resolve())
+        finally:
+            if before is None:
+                del _FOLDERS[key]
+            else:
+                _FOLDERS[key] = before
+    return 0
+
+
+if __name__ == "__main__":
+    # Through the package's module, not this copy run as __main__: the adapter writers read the
+    # folder just written from the package module's cache.
+    from harness import checkpoint
+
+    sys.exit(checkpoint.main())

@@ -1,38 +1,169 @@
-"""Shared set-up of the findings' reproductions: vLLM's multimodal processor for a tiny
-Nano-Nemotron VL checkpoint folder, made the way ``vllm serve FOLDER`` makes it (no hub: the
-folder's config, tokenizer and random bf16 weights are written by the harness).
+"""Shared set-up of the findings' reproductions: vLLM's multimodal processor, or its model and
+LoRA manager, for a tiny Nano-Nemotron VL checkpoint folder, made the way ``vllm serve FOLDER``
+makes them (no hub: the folder holds its config, configuration module, tokenizer and random bf16
+weights).
 
-Run a reproduction from the repository root, with vLLM installed::
+A reproduction runs against folders given on its command line, with vLLM alone (and torch,
+numpy, PIL, PyAV, safetensors: no module of this repository is imported). One command of the
+harness writes them, from the repository root::
 
-    VLLM_TARGET_DEVICE=cpu python reports/findings/request_image_embeds.py
+    python -m harness.checkpoint /tmp/nnvl-tiny
+    VLLM_TARGET_DEVICE=cpu python reports/findings/request_image_embeds.py /tmp/nnvl-tiny
 
-It prints ``REPRODUCED: <exception>`` and exits 0 while vLLM has the bug, and exits 1 once the
-request goes through.
+A finding that needs another folder (dynamic resolution, a shorter context, LoRA adapters) says
+so in its docstring and its issue text; run with ``--help`` or a wrong folder, a script prints
+the exact writer command. Given no folder (``python reports/findings/X.py``, or
+``python -m harness.findings``, which calls each ``main()``), a script has the harness write the
+folders it needs into a temporary folder first.
+
+A script prints ``REPRODUCED: <what is wrong>`` and exits 0 while vLLM has the bug, exits 1 once
+the request goes through, and exits 2 on a wrong command line.
 """
 
 from __future__ import annotations
 
+import argparse
+import atexit
+import contextlib
+import json
+import logging
 import os
+import shutil
 import sys
+import tempfile
 import traceback
-from collections.abc import Callable
+import warnings
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from io import BytesIO
 from pathlib import Path
 from typing import Any
+from unittest import mock
+
+import numpy as np
 
 os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 HIDDEN_SIZE = 64  # the tiny checkpoint's text_config.hidden_size
+DEFAULT_MAX_MODEL_LEN = 4096  # the context the default folder's config states
+BROKEN_PREFIX = "broken-"  # the writer's name of a broken adapter: broken-<kind>
 
 
-def processor(dynamic_resolution: bool = False, max_model_len: int = 4096) -> Any:
-    """vLLM's registry processor for the tiny checkpoint folder."""
-    from harness.checkpoint import ModelSpec, checkpoint_folder
+# ---------------------------------------------------------------------------------------------
+# The folders
 
-    spec = ModelSpec(dynamic_resolution=dynamic_resolution, max_model_len=max_model_len)
-    folder = checkpoint_folder(spec)
+
+@dataclass(frozen=True)
+class Folders:
+    """The folders a reproduction runs against: a checkpoint folder (``dynamic``: dynamic
+    resolution; ``max_model_len``: the context its config states) and LoRA adapter folders for
+    it, by the names ``python -m harness.checkpoint --adapter NAME DIR`` writes them under."""
+
+    dynamic: bool = False
+    max_model_len: int = DEFAULT_MAX_MODEL_LEN
+    adapters: tuple[str, ...] = ()
+
+    @property
+    def checkpoint_path(self) -> str:
+        """Where the commands printed for a person put the checkpoint folder."""
+        path = "/tmp/nnvl-tiny" + ("-dynamic" if self.dynamic else "")
+        return path + (
+            "" if self.max_model_len == DEFAULT_MAX_MODEL_LEN else f"-{self.max_model_len}"
+        )
+
+    def adapter_path(self, name: str) -> str:
+        return f"/tmp/nnvl-lora/{name.removeprefix(BROKEN_PREFIX)}"
+
+    def writer_command(self) -> str:
+        """The command that writes these folders (from the repository root)."""
+        words = ["python -m harness.checkpoint", self.checkpoint_path]
+        if self.dynamic:
+            words.append("--dynamic")
+        if self.max_model_len != DEFAULT_MAX_MODEL_LEN:
+            words.append(f"--max-model-len {self.max_model_len}")
+        words += [f"--adapter {name} {self.adapter_path(name)}" for name in self.adapters]
+        return " ".join(words)
+
+    def script_command(self, script: str) -> str:
+        """The command that runs ``script`` against them."""
+        folders = [self.checkpoint_path, *map(self.adapter_path, self.adapters)]
+        return " ".join(["python", script, *folders])
+
+    def resolve(self, argv: Sequence[str] | None, script: str) -> tuple[Path, list[Path]]:
+        """The checkpoint folder and the adapter folders: those ``argv`` names, checked to be
+        the variant this finding needs; the harness's, written now, when ``argv`` is empty."""
+        if not argv:
+            return self._written_by_the_harness()
+        name = f"reports/findings/{Path(script).name}"
+        parser = argparse.ArgumentParser(
+            prog=f"python {name}",
+            description=f"Reproduce the finding of {name} against the folders written by: "
+            f"{self.writer_command()}",
+            epilog=f"for example: {self.script_command(name)}",
+        )
+        parser.add_argument("checkpoint", type=Path, metavar="CHECKPOINT")
+        for adapter in self.adapters:
+            parser.add_argument(
+                adapter.replace("-", "_"),
+                type=Path,
+                metavar=adapter.upper().replace("-", "_"),
+                help=f"the folder of adapter {adapter}",
+            )
+        args = parser.parse_args(argv)
+        checkpoint: Path = args.checkpoint
+        self._check_checkpoint(checkpoint, parser)
+        adapters: list[Path] = [getattr(args, a.replace("-", "_")) for a in self.adapters]
+        for adapter, folder in zip(self.adapters, adapters, strict=True):
+            if not (folder / "adapter_config.json").is_file():
+                parser.error(
+                    f"{str(folder)!r} holds no adapter_config.json: not adapter {adapter}'s "
+                    f"folder; write it with: {self.writer_command()}"
+                )
+        return checkpoint, adapters
+
+    def _check_checkpoint(self, folder: Path, parser: argparse.ArgumentParser) -> None:
+        write = f"write it with: {self.writer_command()}"
+        try:
+            config = json.loads((folder / "config.json").read_text())
+        except (OSError, ValueError) as e:
+            parser.error(f"{str(folder)!r} is not a checkpoint folder ({e}); {write}")
+        dynamic = "min_num_patches" in config.get("vision_config", {}).get("args", {})
+        if dynamic != self.dynamic:
+            parser.error(
+                f"{str(folder)!r} has {'dynamic' if dynamic else 'static'}-resolution images; "
+                f"this finding needs {'dynamic' if self.dynamic else 'static'} ones: {write}"
+            )
+        if config.get("max_sequence_length") != self.max_model_len:
+            parser.error(
+                f"{str(folder)!r} states a context of {config.get('max_sequence_length')} "
+                f"tokens; this finding needs {self.max_model_len}: {write}"
+            )
+
+    def _written_by_the_harness(self) -> tuple[Path, list[Path]]:
+        sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+        from harness.checkpoint import ModelSpec, checkpoint_folder, write_adapter_folder
+
+        spec = ModelSpec(dynamic_resolution=self.dynamic, max_model_len=self.max_model_len)
+        adapters: list[Path] = []
+        if self.adapters:
+            root = Path(tempfile.mkdtemp(prefix="nnvl-lora-"))
+            atexit.register(shutil.rmtree, root, ignore_errors=True)
+            adapters = [
+                write_adapter_folder(spec, a, root / a.removeprefix(BROKEN_PREFIX))
+                for a in self.adapters
+            ]
+        return checkpoint_folder(spec), adapters
+
+
+def stated_context(folder: Path) -> int:
+    """The context the checkpoint folder's config states: ``--max-model-len``."""
+    return int(json.loads((folder / "config.json").read_text())["max_sequence_length"])
+
+
+def processor(folder: Path) -> Any:
+    """vLLM's registry processor for the checkpoint ``folder``."""
     from vllm.config import ModelConfig
     from vllm.multimodal import MULTIMODAL_REGISTRY
 
@@ -41,9 +172,209 @@ def processor(dynamic_resolution: bool = False, max_model_len: int = 4096) -> An
         tokenizer=str(folder),
         trust_remote_code=True,
         enable_mm_embeds=True,  # accept precomputed embeddings, as --enable-mm-embeds does
-        max_model_len=max_model_len,
+        max_model_len=stated_context(folder),
     )
     return MULTIMODAL_REGISTRY.create_processor(config)
+
+
+# ---------------------------------------------------------------------------------------------
+# The model and its LoRA manager, on the CPU
+
+_RUNTIME: list[object] = []
+
+
+def _init_cpu_runtime() -> None:
+    """Once per process: a current ``VllmConfig``, a one-process gloo group and model-parallel
+    groups, which vLLM's parallel layers look up when they are built."""
+    if _RUNTIME:
+        return
+    from vllm.config import VllmConfig, set_current_vllm_config
+    from vllm.distributed import init_distributed_environment, initialize_model_parallel
+
+    context = set_current_vllm_config(VllmConfig())
+    context.__enter__()
+    handle, path = tempfile.mkstemp(prefix="vllm-dist-")
+    os.close(handle)
+    os.unlink(path)
+    init_distributed_environment(
+        world_size=1, rank=0, distributed_init_method=f"file://{path}", local_rank=0, backend="gloo"
+    )
+    initialize_model_parallel(1, 1)
+    _RUNTIME.append(context)
+
+
+@contextlib.contextmanager
+def told() -> Iterator[list[str]]:
+    """What vLLM says meanwhile: its log records at WARNING or above, and Python warnings."""
+
+    class Handler(logging.Handler):
+        def __init__(self) -> None:
+            super().__init__(logging.WARNING)
+            self.messages: list[str] = []
+
+        def emit(self, record: logging.LogRecord) -> None:
+            self.messages.append(record.getMessage())
+
+    handler = Handler()
+    logger = logging.getLogger("vllm")
+    logger.addHandler(handler)
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            yield handler.messages
+    finally:
+        logger.removeHandler(handler)
+    handler.messages += [str(w.message) for w in caught]
+
+
+class ServedWithLoRA:
+    """The checkpoint folder's model as ``vllm serve FOLDER --enable-lora --max-loras 2
+    --max-lora-rank R`` serves it, on the CPU: vLLM's constructor, loader and post-load
+    processing, then the model runner's LoRA steps (``LRUCacheWorkerLoRAManager`` and its
+    ``create_lora_manager``; per adapter ``add_adapter(LoRARequest)`` and
+    ``set_active_adapters``)."""
+
+    def __init__(self, folder: Path, max_lora_rank: int = 8, max_loras: int = 2) -> None:
+        import torch
+        from vllm.config import (
+            DeviceConfig,
+            LoadConfig,
+            LoRAConfig,
+            ModelConfig,
+            VllmConfig,
+            set_current_vllm_config,
+        )
+        from vllm.lora.worker_manager import LRUCacheWorkerLoRAManager
+        from vllm.model_executor.model_loader import get_model_loader
+        from vllm.model_executor.model_loader.utils import process_weights_after_loading
+        from vllm.utils.torch_utils import set_default_torch_dtype
+
+        _init_cpu_runtime()
+        model_config = ModelConfig(
+            model=str(folder),
+            tokenizer=str(folder),
+            trust_remote_code=True,
+            enable_mm_embeds=True,
+            max_model_len=stated_context(folder),
+        )
+        self.vllm_config = VllmConfig(
+            model_config=model_config,
+            device_config=DeviceConfig("cpu"),
+            load_config=LoadConfig(),
+            lora_config=LoRAConfig(max_loras=max_loras, max_lora_rank=max_lora_rank),
+        )
+        loader = get_model_loader(self.vllm_config.load_config)
+        with set_default_torch_dtype(model_config.dtype), torch.device("cpu"):
+            model = loader.create_model(vllm_config=self.vllm_config, model_config=model_config)
+        with set_current_vllm_config(self.vllm_config):
+            loader.load_weights(model, model_config)
+        # Post-load processing as on a CPU without AVX512-BF16 and AMX, whose packed-weight
+        # kernels (causal_conv1d_weight_pack, convert_weight_packed) vLLM's CUDA wheel lacks.
+        with (
+            mock.patch.object(torch.cpu, "_is_avx512_bf16_supported", return_value=False),
+            mock.patch.object(torch.cpu, "_is_amx_tile_supported", return_value=False),
+            set_current_vllm_config(self.vllm_config),
+        ):
+            process_weights_after_loading(model, model_config, torch.device("cpu"))
+        model.eval()
+        with set_current_vllm_config(self.vllm_config):
+            self.worker = LRUCacheWorkerLoRAManager(
+                self.vllm_config, torch.device("cpu"), model.embedding_modules
+            )
+            self.model = self.worker.create_lora_manager(model, self.vllm_config)
+        self.manager = self.worker._adapter_manager
+
+    def add(self, adapter_id: int, folder: Path) -> tuple[list[str], list[str]]:
+        """Load the adapter in ``folder`` and activate it for one token; returns the vLLM
+        modules its slot put weights into, and what vLLM said (warnings, WARNING records)."""
+        from vllm.config import set_current_vllm_config
+        from vllm.lora.layers import LoRAMapping
+        from vllm.lora.request import LoRARequest
+
+        request = LoRARequest(folder.name, adapter_id, str(folder))
+        with told() as messages, set_current_vllm_config(self.vllm_config):
+            self.worker.add_adapter(request)
+            mapping = LoRAMapping((adapter_id,), (adapter_id,), is_prefill=True)
+            self.worker.set_active_adapters({request}, mapping)
+        return self.applied(adapter_id), list(messages)
+
+    def applied(self, adapter_id: int) -> list[str]:
+        """vLLM's LoRA layers whose slot for ``adapter_id`` holds non-zero weights."""
+        slot = self.manager.lora_index_to_id.index(adapter_id)
+        names = []
+        for name, layer in self.manager.modules.items():
+            stacked = getattr(layer, "lora_b_stacked", None)
+            if stacked is None:
+                continue
+            slices = stacked if isinstance(stacked, tuple | list) else (stacked,)
+            if any(bool(weights[slot].abs().sum() > 0) for weights in slices):
+                names.append(name)
+        return sorted(names)
+
+
+# ---------------------------------------------------------------------------------------------
+# Media
+
+
+@dataclass(frozen=True)
+class VideoFile:
+    """A Matroska file's bytes, its frames decoded back, and vLLM's video metadata for them
+    (``original_video_bytes`` too, as vLLM's ``nemotron_vl`` video loader keeps them)."""
+
+    frames: np.ndarray
+    data: bytes
+
+    def metadata(self) -> dict[str, object]:
+        total = len(self.frames)
+        return {
+            "fps": 2.0,
+            "frames_indices": list(range(total)),
+            "total_num_frames": total,
+            "duration": total / 2.0,
+            "video_backend": "opencv",
+            "original_video_bytes": self.data,
+        }
+
+
+def video_file(audio_seconds: float, audio_rate: int = 16000, audio_channels: int = 1) -> VideoFile:
+    """Two 64 x 64 noise frames at 2 fps (MPEG-4 Part 2) and a 440 Hz tone of ``audio_seconds``
+    (16-bit PCM at ``audio_rate``; mono, or the tone in both channels of stereo), made with
+    PyAV."""
+    import av
+
+    layout = "mono" if audio_channels == 1 else "stereo"
+    frames = np.random.default_rng(0).integers(0, 256, (2, 64, 64, 3), dtype=np.uint8)
+    buffer = BytesIO()
+    with av.open(buffer, "w", format="matroska") as container:
+        video = container.add_stream("mpeg4", rate=2)
+        video.width, video.height, video.pix_fmt = 64, 64, "yuv420p"
+        audio = container.add_stream("pcm_s16le", rate=audio_rate, layout=layout)
+        for index, array in enumerate(frames):
+            frame = av.VideoFrame.from_ndarray(array, format="rgb24")
+            frame.pts = index
+            container.mux(video.encode(frame))
+        container.mux(video.encode(None))
+        samples = round(audio_seconds * audio_rate)
+        t = np.arange(samples) / audio_rate
+        tone = (0.3 * 32767 * np.sin(2 * np.pi * 440.0 * t)).astype(np.int16)
+        pcm = np.repeat(tone, audio_channels)[None]  # packed: the channels interleaved in a row
+        for start in range(0, samples, 1024):
+            chunk = av.AudioFrame.from_ndarray(
+                pcm[:, start * audio_channels : (start + 1024) * audio_channels],
+                format="s16",
+                layout=layout,
+            )
+            chunk.sample_rate, chunk.pts = audio_rate, start
+            container.mux(audio.encode(chunk))
+        container.mux(audio.encode(None))
+    data = buffer.getvalue()
+    with av.open(BytesIO(data), "r") as container:
+        decoded = [f.to_ndarray(format="rgb24") for f in container.decode(video=0)]
+    return VideoFile(np.stack(decoded), data)
+
+
+# ---------------------------------------------------------------------------------------------
+# Verdicts
 
 
 def reproduce_silent(wrong: Callable[[], str | None]) -> int:

@@ -3,17 +3,27 @@
 tokens with the shared tokenizer: the metadata path vLLM PR #38655 took the processor out of.
 The engine calls it whenever it builds a ``MultiModalBudget`` (input processor, scheduler, model
 runner). Expected: the answer from the config, no processor.
+
+Run it with vLLM alone against the checkpoint folder the harness writes (from the repository
+root)::
+
+    python -m harness.checkpoint /tmp/nnvl-tiny
+    python reports/findings/engine_max_tokens_constructs_processor.py /tmp/nnvl-tiny
 """
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 
-from _processor import processor, reproduce
+from _processor import Folders, processor, reproduce
+
+FOLDERS = Folders()
 
 
-def main() -> int:
-    p = processor()
+def main(argv: Sequence[str] | None = None) -> int:
+    folder, _ = FOLDERS.resolve(argv, __file__)
+    p = processor(folder)
     constructed = []
     construct = p.info.ctx.init_processor
 
@@ -32,4 +42,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))

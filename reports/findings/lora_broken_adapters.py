@@ -12,47 +12,54 @@ Served through vLLM's ``LRUCacheWorkerLoRAManager`` (``--enable-lora --max-lora-
   the added tokens silently ignored.
 
 Reproduced while all four stand; a fix of any prints which ones remain.
+
+It needs a variant of the checkpoint folder (LoRA adapter folders). Run it with vLLM alone
+against the folders the harness writes (from the repository root)::
+
+    python -m harness.checkpoint /tmp/nnvl-tiny \
+        --adapter broken-rank-above-max /tmp/nnvl-lora/rank-above-max \
+        --adapter broken-corrupt-file /tmp/nnvl-lora/corrupt-file \
+        --adapter broken-missing-file /tmp/nnvl-lora/missing-file \
+        --adapter broken-extends-vocabulary /tmp/nnvl-lora/extends-vocabulary
+    python reports/findings/lora_broken_adapters.py /tmp/nnvl-tiny \
+        /tmp/nnvl-lora/rank-above-max \
+        /tmp/nnvl-lora/corrupt-file \
+        /tmp/nnvl-lora/missing-file \
+        /tmp/nnvl-lora/extends-vocabulary
 """
 
 from __future__ import annotations
 
 import sys
-import tempfile
-from pathlib import Path
+from collections.abc import Sequence
 
-from _processor import reproduce_silent
+from _processor import Folders, ServedWithLoRA, reproduce_silent
+
+#: What vLLM says of each broken adapter (its folder is named after the kind).
+EXPECTED = {
+    "rank-above-max": "ValueError: LoRA rank 16 is greater than max_lora_rank 8.",
+    "corrupt-file": "SafetensorError: Error while deserializing header",
+    "missing-file": "doesn't contain tensors",
+    "extends-vocabulary": "loaded",
+}
+FOLDERS = Folders(adapters=tuple(f"broken-{kind}" for kind in EXPECTED))
 
 
-def main() -> int:
-    from harness.checkpoint import ModelSpec
-    from harness.lora_adapters import BROKEN_ADAPTERS, write_broken_adapter
-    from harness.targets import resolve_target
-    from harness.targets.base import LoRAOptions
-
-    spec, options = ModelSpec(), LoRAOptions(max_lora_rank=8)
-    served = resolve_target("vllm").lora(spec, options)  # vLLM's LRUCacheWorkerLoRAManager
-    expected = {
-        "rank-above-max": "ValueError: LoRA rank 16 is greater than max_lora_rank 8.",
-        "corrupt-file": "SafetensorError: Error while deserializing header",
-        "missing-file": "doesn't contain tensors",
-        "extends-vocabulary": "loaded",
-    }
+def main(argv: Sequence[str] | None = None) -> int:
+    checkpoint, adapters = FOLDERS.resolve(argv, __file__)
+    served = ServedWithLoRA(checkpoint, max_lora_rank=8)  # --enable-lora --max-lora-rank 8
 
     def wrong() -> str | None:
         seen: dict[str, str] = {}
-        with tempfile.TemporaryDirectory() as root:
-            for adapter_id, kind in enumerate(sorted(BROKEN_ADAPTERS), start=1):
-                if kind not in expected:
-                    continue
-                folder = write_broken_adapter(spec, kind, Path(root) / kind, options.max_lora_rank)
-                try:
-                    served.add(adapter_id, folder)
-                    seen[kind] = "loaded"
-                except Exception as e:
-                    seen[kind] = f"{type(e).__name__}: {e}"
-        standing = [k for k, text in expected.items() if text in seen.get(k, "")]
-        if len(standing) < len(expected):
-            print(f"fixed: {sorted(set(expected) - set(standing))}; seen: {seen}")
+        for adapter_id, (kind, folder) in enumerate(zip(EXPECTED, adapters, strict=True), 1):
+            try:
+                served.add(adapter_id, folder)
+                seen[kind] = "loaded"
+            except Exception as e:
+                seen[kind] = f"{type(e).__name__}: {e}"
+        standing = [k for k, text in EXPECTED.items() if text in seen.get(k, "")]
+        if len(standing) < len(EXPECTED):
+            print(f"fixed: {sorted(set(EXPECTED) - set(standing))}; seen: {seen}")
             return None
         return "; ".join(f"{k}: {seen[k][:90]}" for k in sorted(seen))
 
@@ -60,4 +67,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))

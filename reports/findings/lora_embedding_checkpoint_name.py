@@ -9,26 +9,30 @@ A PEFT adapter trained on the checkpoint names the embedding's factors
 ['language_model.model.embeddings', ...]". The same factors saved under
 ``language_model.model.embed_tokens`` load and apply. (The weight loader maps ``embeddings`` to
 ``embed_tokens`` for the checkpoint's own tensors.)
+
+It needs a variant of the checkpoint folder (a LoRA adapter folder). Run it with vLLM alone
+against the folders the harness writes (from the repository root)::
+
+    python -m harness.checkpoint /tmp/nnvl-tiny --adapter lm-embeddings /tmp/nnvl-lora/lm-embeddings
+    python reports/findings/lora_embedding_checkpoint_name.py /tmp/nnvl-tiny \
+        /tmp/nnvl-lora/lm-embeddings
 """
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 
-from _processor import reproduce
+from _processor import Folders, ServedWithLoRA, reproduce
+
+FOLDERS = Folders(adapters=("lm-embeddings",))
 
 
-def main() -> int:
-    from harness.checkpoint import ModelSpec
-    from harness.lora_adapters import ADAPTERS_BY_NAME, adapter_folder
-    from harness.targets import resolve_target
-    from harness.targets.base import LoRAOptions
-
-    spec = ModelSpec()
-    served = resolve_target("vllm").lora(spec, LoRAOptions())  # vLLM's LRUCacheWorkerLoRAManager
-    folder = adapter_folder(spec, ADAPTERS_BY_NAME["lm-embeddings"])
-    return reproduce(lambda: served.add(1, folder))
+def main(argv: Sequence[str] | None = None) -> int:
+    checkpoint, (adapter,) = FOLDERS.resolve(argv, __file__)
+    served = ServedWithLoRA(checkpoint)  # --enable-lora --max-loras 2 --max-lora-rank 8
+    return reproduce(lambda: served.add(1, adapter))
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))

@@ -9,38 +9,45 @@ still include the towers' (``qkv``, ``proj``, ``fc1``, ``fc2``; Parakeet's ``q_p
 then finds no LoRA layer for them and moves on. The user is told nothing: an adapter of the
 towers alone loads and changes nothing. (An adapter naming the connector ``mlp1.1`` is refused
 with a clear error naming it.)
+
+It needs a variant of the checkpoint folder (a LoRA adapter folder). Run it with vLLM alone
+against the folders the harness writes (from the repository root)::
+
+    python -m harness.checkpoint /tmp/nnvl-tiny --adapter towers-only /tmp/nnvl-lora/towers-only
+    python reports/findings/lora_tower_modules_ignored.py /tmp/nnvl-tiny /tmp/nnvl-lora/towers-only
 """
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 
-from _processor import reproduce_silent
+from _processor import Folders, ServedWithLoRA, reproduce_silent
+
+#: RADIO's qkv / proj / fc1 / fc2 and Parakeet's attention projections, nothing else.
+FOLDERS = Folders(adapters=("towers-only",))
 
 
-def main() -> int:
-    from harness.checkpoint import ModelSpec
-    from harness.lora_adapters import ADAPTERS_BY_NAME, adapter_folder, adapter_tensors
-    from harness.targets import resolve_target
-    from harness.targets.base import LoRAOptions
+def main(argv: Sequence[str] | None = None) -> int:
+    checkpoint, (adapter,) = FOLDERS.resolve(argv, __file__)
+    from safetensors import safe_open
 
-    spec = ModelSpec()
-    adapter = ADAPTERS_BY_NAME["towers-only"]  # RADIO qkv/proj/fc1/fc2, Parakeet attention
-    served = resolve_target("vllm").lora(spec, LoRAOptions())  # vLLM's LRUCacheWorkerLoRAManager
+    served = ServedWithLoRA(checkpoint)  # --enable-lora --max-loras 2 --max-lora-rank 8
+    with safe_open(str(adapter / "adapter_model.safetensors"), framework="pt") as tensors:
+        modules = {key.split(".lora_")[0] for key in tensors.keys()}  # noqa: SIM118
 
     def wrong() -> str | None:
-        load = served.add(1, adapter_folder(spec, adapter))
-        modules = {key.split(".lora_")[0] for key in adapter_tensors(spec, adapter)}
+        applied, told = served.add(1, adapter)
         towers = ("vision_model", "sound_encoder", "radio")
-        if load.applied or any(t in message for message in load.told for t in towers):
+        if applied or any(t in message for message in told for t in towers):
             return None  # applied, or the user told of the tower modules
         return (
             f"an adapter of {len(modules)} tower modules loaded: applied to none, nothing said "
-            f"(warnings and log records at WARNING: {load.told})"
+            f"(warnings and log records at WARNING: {told})"
         )
 
     return reproduce_silent(wrong)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))

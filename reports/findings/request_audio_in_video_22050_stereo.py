@@ -6,24 +6,31 @@ track already at that rate it skips FFmpeg's resampler and takes each decoded fr
 ``to_ndarray()`` as is: packed 16-bit stereo is one row of interleaved left and right samples
 (unscaled int16 values), which the mono average over rows leaves alone. The 2 s track below
 becomes 4 s of audio: 50 placeholders instead of 25.
+
+Run it with vLLM alone against the checkpoint folder the harness writes (from the repository
+root)::
+
+    python -m harness.checkpoint /tmp/nnvl-tiny
+    python reports/findings/request_audio_in_video_22050_stereo.py /tmp/nnvl-tiny
 """
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 
-from _processor import processor, reproduce_silent
+from _processor import Folders, processor, reproduce_silent, video_file
 
 SECONDS = 2.0
 #: 2 s at 16 kHz: 200 feature frames, three stride-2 convolutions -> 100 -> 50 -> 25.
 EXPECTED_PLACEHOLDERS = 25
+FOLDERS = Folders()
 
 
-def main() -> int:
-    from harness.requests import video_file
-
-    p = processor()
-    video = video_file(2, 64, 64, 0, audio_seconds=SECONDS, audio_rate=22050, audio_channels=2)
+def main(argv: Sequence[str] | None = None) -> int:
+    folder, _ = FOLDERS.resolve(argv, __file__)
+    p = processor(folder)
+    video = video_file(SECONDS, audio_rate=22050, audio_channels=2)
 
     def wrong() -> str | None:
         items = p.info.parse_mm_data({"video": [(video.frames, video.metadata())]})
@@ -40,4 +47,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))

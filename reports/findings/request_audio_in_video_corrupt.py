@@ -6,18 +6,28 @@ audio track without an error.
 corrupted audio data...')`` for such bytes, and catches every exception as "no audio stream
 found" (logged at debug level): the request goes on with the video alone, although the user
 asked for its track.
+
+Run it with vLLM alone against the checkpoint folder the harness writes (from the repository
+root)::
+
+    python -m harness.checkpoint /tmp/nnvl-tiny
+    python reports/findings/request_audio_in_video_corrupt.py /tmp/nnvl-tiny
 """
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 
 import numpy as np
-from _processor import processor, reproduce_silent
+from _processor import Folders, processor, reproduce_silent
+
+FOLDERS = Folders()
 
 
-def main() -> int:
-    p = processor()
+def main(argv: Sequence[str] | None = None) -> int:
+    folder, _ = FOLDERS.resolve(argv, __file__)
+    p = processor(folder)
     frames = np.zeros((2, 64, 64, 3), dtype=np.uint8)
     metadata = {
         "fps": 2.0,
@@ -40,4 +50,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))

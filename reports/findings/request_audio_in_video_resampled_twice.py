@@ -7,29 +7,36 @@ is not flushed), and vLLM's data parser resamples those to the model's 16 kHz: 3
 not the track's 32000. The same track sent as an audio item, decoded at its own rate by the same
 ``load_audio_pyav(sr=None)``, gives other log-mel features: the track's have one feature frame
 fewer, and the common frames differ (by units at the first and last frames, where the resamplers
-start and stop, and by about 0.1 between). The model's audio embeddings of the track differ from the track's own by about 10 %
-(relative), beyond bf16's rounding (``test_parity.py``).
+start and stop, and by about 0.1 between). The model's audio embeddings of the track differ from
+the track's own by about 10 % (relative), beyond bf16's rounding (``test_parity.py``).
+
+Run it with vLLM alone against the checkpoint folder the harness writes (from the repository
+root)::
+
+    python -m harness.checkpoint /tmp/nnvl-tiny
+    python reports/findings/request_audio_in_video_resampled_twice.py /tmp/nnvl-tiny
 """
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from io import BytesIO
 from typing import Any
 
-from _processor import processor, reproduce_silent
+from _processor import Folders, processor, reproduce_silent, video_file
 
 SECONDS = 2.0
+FOLDERS = Folders()
 
 
-def main() -> int:
+def main(argv: Sequence[str] | None = None) -> int:
+    folder, _ = FOLDERS.resolve(argv, __file__)
     import torch
     from vllm.multimodal.media.audio import load_audio_pyav
 
-    from harness.requests import video_file
-
-    p = processor()
-    video = video_file(2, 64, 64, 0, audio_seconds=SECONDS)
+    p = processor(folder)
+    video = video_file(SECONDS)
 
     def features(out: Any) -> torch.Tensor:
         """The audio item's log-mel features from vLLM's processor output."""
@@ -62,4 +69,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))

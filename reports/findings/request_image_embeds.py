@@ -5,21 +5,31 @@ multimodal processor, before the model.
 ``get_image_replacement`` then calls ``int(image_num_patches[item_idx])``:
 ``TypeError: int() argument must be ... not 'NoneType'``. Stacked ``[n, f, h]`` and list forms
 both fail. Expected: each image's ``f`` rows fill ``<img>`` + ``f`` ``<image>`` tokens + ``</img>``.
+
+Run it with vLLM alone against the checkpoint folder the harness writes (from the repository
+root)::
+
+    python -m harness.checkpoint /tmp/nnvl-tiny
+    python reports/findings/request_image_embeds.py /tmp/nnvl-tiny
 """
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 
 import torch
-from _processor import HIDDEN_SIZE, processor, reproduce
+from _processor import HIDDEN_SIZE, Folders, processor, reproduce
+
+FOLDERS = Folders()
 
 
-def main() -> int:
-    p = processor()
+def main(argv: Sequence[str] | None = None) -> int:
+    folder, _ = FOLDERS.resolve(argv, __file__)
+    p = processor(folder)
     embeds = torch.randn(2, 6, HIDDEN_SIZE)  # two images, six rows each
     return reproduce(lambda: p("<image> <image>", p.info.parse_mm_data({"image": embeds})))
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))

@@ -1,8 +1,13 @@
 """The reproductions under ``reports/findings/``: each still reproduces its finding on the
-installed vLLM, and each is cited by the known deviation it reproduces."""
+installed vLLM, is cited by the known deviation it reproduces, and has a complete issue text
+beside it; and ``python -m harness.checkpoint``, the one command that writes their folders."""
 
 from __future__ import annotations
 
+import ast
+import json
+import re
+import runpy
 from importlib import metadata
 from pathlib import Path
 
@@ -32,6 +37,8 @@ def test_every_reproduction_reproduces():
     assert not broken, f"reproductions that failed to run: {broken}"
     fixed = [run.name for run in runs if run.status == findings.Status.FIXED]
     assert not fixed, f"no longer reproduced (fixed upstream? update the deviations): {fixed}"
+    incomplete = [(run.name, run.issue_lacks) for run in runs if run.issue_lacks]
+    assert not incomplete, f"issue texts missing or incomplete: {incomplete}"
 
 
 def test_the_table_says_reproduced_fixed_or_broken():
@@ -68,3 +75,230 @@ def test_the_table_says_reproduced_fixed_or_broken():
     assert findings.exit_status(runs) == 2
     assert findings.exit_status(runs[:2]) == 1
     assert findings.exit_status(runs[:1]) == 0
+
+
+# ---------------------------------------------------------------------------------------------
+# Issue texts: one beside each reproduction, ready to file
+
+
+def _folders(script: Path):
+    """The script's ``FOLDERS``: the checkpoint variant and adapters it runs against."""
+    return runpy.run_path(str(script), run_name="finding")["FOLDERS"]
+
+
+def _words(text: str) -> str:
+    """``text`` with shell line continuations joined and whitespace collapsed."""
+    return " ".join(text.replace("\\\n", " ").split())
+
+
+@pytest.fixture
+def findings_on_path(monkeypatch):
+    monkeypatch.syspath_prepend(str(findings.FINDINGS))
+
+
+@pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.stem)
+def test_every_reproduction_has_a_complete_issue_text(script, findings_on_path):
+    """Its title, the six sections, the vLLM version the script names, and the exact commands
+    that write its folders and run it (also in the script's docstring)."""
+    assert findings.issue_lacks(script) == ()
+    text = findings.issue_text(script).read_text()
+    docstring = ast.get_docstring(ast.parse(script.read_text())) or ""
+    version = re.match(r"vLLM (\d+\.\d+\.\d+):", docstring)
+    assert version, f"{script.name}: its docstring starts 'vLLM X.Y.Z: <finding>'"
+    environment = text.split(findings.ISSUE_SECTIONS[0])[1].split("\n#")[0]
+    assert f"vLLM {version[1]}" in environment
+    folders = _folders(script)
+    commands = [folders.writer_command(), folders.script_command(f"reports/findings/{script.name}")]
+    for command in commands:
+        assert command in _words(text), f"{script.stem}.md lacks `{command}`"
+        assert command in _words(docstring), f"{script.name}'s docstring lacks `{command}`"
+
+
+def test_every_issue_text_has_its_reproduction():
+    orphans = [p.name for p in findings.FINDINGS.glob("*.md") if not p.with_suffix(".py").is_file()]
+    assert orphans == []
+
+
+def test_reproductions_import_the_harness_only_to_write_their_folders():
+    """Given folders, a reproduction imports vLLM and its dependencies alone: no script imports
+    the harness, and ``_processor`` only where it writes the folders for a run without them."""
+    for path in [*SCRIPTS, findings.FINDINGS / "_processor.py"]:
+        tree = ast.parse(path.read_text())
+        allowed = {
+            id(node)
+            for function in ast.walk(tree)
+            if isinstance(function, ast.FunctionDef) and function.name == "_written_by_the_harness"
+            for node in ast.walk(function)
+        }
+        ours = [
+            node.lineno
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Import | ast.ImportFrom)
+            and id(node) not in allowed
+            and any(
+                name.split(".")[0] in ("harness", "reference_impl", "suites")
+                for name in (
+                    [a.name for a in node.names]
+                    if isinstance(node, ast.Import)
+                    else [node.module or ""]
+                )
+            )
+        ]
+        assert ours == [], f"{path.name} imports the repository's packages at lines {ours}"
+
+
+COMPLETE = """# [Bug]: something is wrong
+
+## Your current environment
+
+- vLLM 0.33.0, PyTorch 2.14.0
+
+## \N{BUG} Describe the bug
+
+It fails.
+
+### Steps to reproduce
+
+```bash
+# a shell comment, not a heading
+python reports/findings/x.py /tmp/nnvl-tiny
+```
+
+### Expected
+
+It works.
+
+### Actual
+
+```text
+REPRODUCED: ValueError: bad
+```
+
+### Upstream
+
+None found (searched: "x").
+"""
+
+
+@pytest.mark.parametrize(
+    ("edit", "lacks"),
+    [
+        (lambda t: t, ()),
+        (lambda t: t.replace("# [Bug]: something is wrong", "# something is wrong"), "first line"),
+        (lambda t: t.replace("# [Bug]: something is wrong", "# [Bug]:"), "first line"),
+        (lambda t: t.replace("### Upstream\n", "### Upstream issues\n"), "'### Upstream'"),
+        (lambda t: t.replace("### Expected\n", "```\n### Expected\n```\n"), "'### Expected'"),
+        (lambda t: t.replace("- vLLM 0.33.0, ", "- "), "the vLLM version"),
+        (
+            lambda t: t.replace("### Expected\n\nIt works.\n\n", "").replace(
+                "### Upstream\n", "### Upstream\n\n### Expected\n"
+            ),
+            "in the order",
+        ),
+    ],
+    ids=["complete", "no-bug-prefix", "no-title", "renamed", "fenced", "no-version", "order"],
+)
+def test_issue_lacks_says_what_an_issue_text_lacks(tmp_path, edit, lacks):
+    script = tmp_path / "x.py"
+    script.write_text("")
+    assert findings.issue_lacks(script) == ("the issue text",)
+    findings.issue_text(script).write_text(edit(COMPLETE))
+    found = findings.issue_lacks(script)
+    if lacks == ():
+        assert found == ()
+    else:
+        assert any(lacks in item for item in found), found
+
+
+def test_an_incomplete_issue_text_is_a_finding_of_its_own(tmp_path):
+    """A reproduced finding without a complete issue text is ``incomplete`` (exit status 2); a
+    fixed or broken one keeps its status; the table links each issue text and says what it
+    lacks."""
+    for name, text in [("a", COMPLETE), ("b", COMPLETE.replace("### Actual\n", "")), ("c", None)]:
+        (tmp_path / f"{name}.py").write_text("")
+        if text is not None:
+            (tmp_path / f"{name}.md").write_text(text)
+    paths = [tmp_path / "a.py", tmp_path / "b.py", tmp_path / "c.py", tmp_path / "c.py"]
+    parsed = [
+        findings.FindingRun("a", findings.Status.REPRODUCED, "REPRODUCED: x"),
+        findings.FindingRun("b", findings.Status.REPRODUCED, "REPRODUCED: y"),
+        findings.FindingRun("c", findings.Status.REPRODUCED, "REPRODUCED: z"),
+        findings.FindingRun("c", findings.Status.FIXED, "NOT REPRODUCED: w"),
+    ]
+    runs = findings.with_issue_texts(parsed, paths)
+    assert [run.status for run in runs] == [
+        findings.Status.REPRODUCED,
+        findings.Status.INCOMPLETE,
+        findings.Status.INCOMPLETE,
+        findings.Status.FIXED,
+    ]
+    table = findings.render(runs, "0.33.0", links_from=tmp_path.parent)
+    assert f"| REPRODUCED: x | [a.md]({tmp_path.name}/a.md) |" in table
+    assert f"| incomplete | REPRODUCED: y | [b.md]({tmp_path.name}/b.md) lacks '### Actual' |" in (
+        table
+    )
+    assert "| incomplete | REPRODUCED: z | missing |" in table
+    assert findings.exit_status(runs[:1]) == 0
+    assert findings.exit_status(runs[:2]) == 2
+
+
+# ---------------------------------------------------------------------------------------------
+# The folder writer: python -m harness.checkpoint
+
+
+def test_the_writer_command_writes_a_checkpoint_and_adapters(tmp_path, capsys, monkeypatch):
+    from harness import checkpoint
+
+    monkeypatch.setattr(checkpoint, "_FOLDERS", {})
+    monkeypatch.setattr(checkpoint, "_WEIGHTS", {})
+    folder, adapter, broken = tmp_path / "ckpt", tmp_path / "towers", tmp_path / "missing"
+    argv = [str(folder), "--dynamic", "--max-model-len", "256"]
+    argv += [
+        "--adapter",
+        "towers-only",
+        str(adapter),
+        "--adapter",
+        "broken-missing-file",
+        str(broken),
+    ]
+    assert checkpoint.main(argv) == 0
+    assert capsys.readouterr().out.split() == [str(p.resolve()) for p in (folder, adapter, broken)]
+    config = json.loads((folder / "config.json").read_text())
+    assert config["max_sequence_length"] == 256
+    assert "min_num_patches" in config["vision_config"]["args"]  # vLLM's dynamic-resolution test
+    assert (folder / "model.safetensors").stat().st_size > 0
+    assert {p.name for p in adapter.iterdir()} == {
+        "adapter_config.json",
+        "adapter_model.safetensors",
+    }
+    assert {p.name for p in broken.iterdir()} == {"adapter_config.json"}
+    assert checkpoint._FOLDERS == {}  # the process's folders are left as they were
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["--max-model-len", "0"], "argument --max-model-len: expected a positive number, got 0"),
+        (["--max-model-len", "4k"], "argument --max-model-len: expected a whole number, got '4k'"),
+        (["--adapter", "nope", "/tmp/x"], "argument --adapter: NAME: expected one of"),
+        (["--adapter", "lm-embeddings"], "argument --adapter: expected 2 arguments"),
+    ],
+    ids=["zero-length", "not-a-number", "unknown-adapter", "adapter-without-folder"],
+)
+def test_the_writer_command_refuses_a_bad_value_naming_its_flag(tmp_path, capsys, argv, says):
+    from harness import checkpoint
+
+    with pytest.raises(SystemExit) as exit_info:
+        checkpoint.main([str(tmp_path / "ckpt"), *argv])
+    assert exit_info.value.code == 2
+    assert says in capsys.readouterr().err
+    assert not (tmp_path / "ckpt").exists()  # refused before anything is written
+
+
+def test_the_writer_command_refuses_a_file_for_a_folder(tmp_path, capsys):
+    from harness import checkpoint
+
+    (tmp_path / "file").write_text("")
+    with pytest.raises(SystemExit):
+        checkpoint.main([str(tmp_path / "file")])
+    assert "exists and is not a folder" in capsys.readouterr().err
