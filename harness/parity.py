@@ -19,6 +19,9 @@ Bounds, and where they come from:
   4e-6 between the reference and vLLM's layers in fp32).
 - bf16 rows: :data:`BF16_BOUND` = 16u = 6.25 % with u = 2^-8, bf16's unit roundoff. Every op of
   a 12-block ViT and the connector rounds once; measured 0.4 to 1.5 % on the tiny folders.
+- fp16 rows (``--dtype float16``): :data:`FP16_BOUND` = 16u = 0.78 % with u = 2^-11, fp16's unit
+  roundoff, by the same argument (fp16 keeps 11 significant bits; the tiny folders' activations
+  stay far inside its range).
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ import torch
 
 FP32_BOUND = 1e-4
 BF16_BOUND = 16 * 2.0**-8
+FP16_BOUND = 16 * 2.0**-11
 
 #: How many parity bounds apart two different inputs' rows must be. At 1x, a bug that replaced a
 #: path's input by another input would pass parity; at 4x such a bug moves the rows by four
@@ -39,7 +43,7 @@ MIN_SENSITIVITY_RATIO = 4.0
 
 def parity_bound(dtype: torch.dtype) -> float:
     """The relative error parity allows rows computed in ``dtype``."""
-    return BF16_BOUND if dtype in (torch.bfloat16, torch.float16) else FP32_BOUND
+    return {torch.bfloat16: BF16_BOUND, torch.float16: FP16_BOUND}.get(dtype, FP32_BOUND)
 
 
 def relative_error(actual: torch.Tensor, expected: torch.Tensor) -> float:

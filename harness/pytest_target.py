@@ -187,17 +187,32 @@ class RequestRuns:
     def __init__(self, target: Target, device: torch.device) -> None:
         self.target = target
         self.device = device
-        self._outcomes: dict[tuple[str, bool, ServingConfig], RequestResult | Exception] = {}
+        self._outcomes: dict[
+            tuple[str, bool, ServingConfig, ModelSpec | None], RequestResult | Exception
+        ] = {}
 
-    def model(self, form: str, serving: ServingConfig = DEFAULT_SERVING) -> MultimodalModel:
-        return self.target.model(FORMS_BY_NAME[form].spec, self.device, serving)
+    def model(
+        self,
+        form: str,
+        serving: ServingConfig = DEFAULT_SERVING,
+        spec: ModelSpec | None = None,
+    ) -> MultimodalModel:
+        return self.target.model(spec or FORMS_BY_NAME[form].spec, self.device, serving)
 
     def run(
-        self, form: str, *, cached: bool = False, serving: ServingConfig = DEFAULT_SERVING
+        self,
+        form: str,
+        *,
+        cached: bool = False,
+        serving: ServingConfig = DEFAULT_SERVING,
+        spec: ModelSpec | None = None,
     ) -> RequestResult:
-        key = (form, cached, serving)
+        """``form``'s request on its checkpoint variant, or on ``spec`` where given."""
+        if spec == FORMS_BY_NAME[form].spec:
+            spec = None  # the same run
+        key = (form, cached, serving, spec)
         if key not in self._outcomes:
-            model = self.model(form, serving)  # NeedsCuda etc. propagate: not an outcome
+            model = self.model(form, serving, spec)  # NeedsCuda etc. propagate: not an outcome
             try:
                 self._outcomes[key] = model.run_request(FORMS_BY_NAME[form].request, cached=cached)
             except Exception as e:
@@ -211,6 +226,18 @@ class RequestRuns:
 @pytest.fixture(scope="session")
 def request_runs(target: Target, device: torch.device) -> RequestRuns:
     return RequestRuns(target, device)
+
+
+@pytest.fixture(scope="session")
+def reference_runs(target: Target) -> RequestRuns:
+    """The reference's runs of the catalogued requests (fp32, on the CPU): the oracle of the
+    parity checks, shared by them. On the reference target such a check would compare the
+    reference with itself, so it does not run there."""
+    if target.name == "reference":
+        pytest.skip("the reference is the oracle of the parity checks")
+    from harness.targets.reference.target import ReferenceTarget
+
+    return RequestRuns(ReferenceTarget(), torch.device("cpu"))
 
 
 def check_path(item: pytest.Item) -> str | None:

@@ -138,9 +138,11 @@ class ServingConfig:
         assert isinstance(value, str), f"{name} is kept as JSON text"
         return value
 
-    def torch_dtype(self, checkpoint_dtype: torch.dtype) -> torch.dtype:
-        """The dtype the model is served in for a checkpoint saved in ``checkpoint_dtype``."""
-        return DTYPES[self.dtype] or checkpoint_dtype
+    def torch_dtype(self) -> torch.dtype | None:
+        """``--dtype`` as a torch dtype; None for "auto" (the engine decides: vLLM serves a
+        checkpoint in its saved dtype, an fp32 one in its platform's preferred half
+        precision)."""
+        return DTYPES[self.dtype]
 
     # What the user types ----------------------------------------------------------------
 

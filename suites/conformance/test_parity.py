@@ -34,48 +34,59 @@ import torch
 
 from harness.checkpoint import ModelSpec, checkpoint_weights
 from harness.parity import parity_bound, relative_error, table_rows
-from harness.requests import FORMS_BY_NAME, REQUEST_FORMS
-from harness.targets.reference.target import ReferenceTarget
+from harness.requests import FORMS_BY_NAME, REQUEST_FORMS, Request, RequestResult
 from reference_impl.tokenizer import IMG_CONTEXT, shared_tokenizer
 from suites.conformance.test_requests import EMBEDDING_TABLE
 
 pytestmark = pytest.mark.concern("requests")
 
 
-@pytest.fixture(scope="module")
-def reference_runs(target, device):
-    """The reference's runs of the same requests: the oracle (on the reference target itself
-    the check would compare the reference with itself, so it does not run there)."""
-    if target.name == "reference":
-        pytest.skip("the reference is the oracle of the parity checks")
-    from harness.pytest_target import RequestRuns
-
-    return RequestRuns(ReferenceTarget(), torch.device("cpu"))
-
-
 @pytest.mark.parametrize("form", [f.name for f in REQUEST_FORMS])
 def test_request_matches_the_reference(request_runs, reference_runs, form, record_property):
     expected = reference_runs.run(form)
     actual = request_runs.run(form)
+    catalogued = FORMS_BY_NAME[form]
+    measured = compare_with_reference(actual, expected, catalogued.request, catalogued.spec)
+    record_property("measured", measured)
+
+
+def compare_with_reference(
+    actual: RequestResult,
+    expected: RequestResult,
+    request: Request,
+    spec: ModelSpec,
+    served: torch.dtype | None = None,
+) -> dict[str, object]:
+    """Assert that ``actual`` (a target's run of ``request`` on ``spec``'s folder) matches the
+    reference's run ``expected`` (fp32): the same prompt and placeholders, given embeddings
+    bit-exact (in the served dtype, where the engine casts them), separator rows exact, the
+    towers' rows within the parity bound of the dtype they come in; with ``served``, the towers'
+    rows must come in that dtype. Returns what was measured, per item."""
     assert actual.prompt_token_ids == expected.prompt_token_ids, (
         f"prompt token ids differ from the reference's: {len(actual.prompt_token_ids)} vs "
         f"{len(expected.prompt_token_ids)} tokens"
     )
     assert actual.items == expected.items, "placeholder positions differ from the reference's"
     context = shared_tokenizer().convert_tokens_to_ids(IMG_CONTEXT)
-    request = FORMS_BY_NAME[form].request
-    spec = FORMS_BY_NAME[form].spec
     measured: dict[str, object] = {}
     for item, got, want in zip(actual.items, actual.embeddings, expected.embeddings, strict=True):
         name = f"{item.modality}[{item.index}]"
         given = request.embeddings(item.modality)
         if given is not None:
-            assert torch.equal(got, want), f"{name}: the given embeddings differ"
+            assert got.dtype in (want.dtype, served), (
+                f"{name}: the given embeddings came back in {got.dtype}, neither as given "
+                f"({want.dtype}) nor in the served dtype ({served})"
+            )
+            assert torch.equal(got, want.to(got.dtype)), f"{name}: the given embeddings differ"
             measured[name] = {"exact": True}
             continue
         assert got.shape == want.shape, (
             f"{name}: rows shaped {tuple(got.shape)}, the reference's {tuple(want.shape)}"
         )
+        if served is not None:
+            assert got.dtype == served, (
+                f"{name}: the towers' rows came in {got.dtype}, not the served dtype {served}"
+            )
         tokens = torch.tensor([actual.prompt_token_ids[p] for p in item.positions])
         if item.modality != "video":
             computed = torch.ones_like(tokens, dtype=torch.bool)
@@ -103,7 +114,7 @@ def test_request_matches_the_reference(request_runs, reference_runs, form, recor
             f"{name}: relative error {error:.3g} against the reference, bound {bound:.3g} for "
             f"{got.dtype}"
         )
-    record_property("measured", measured)
+    return measured
 
 
 @pytest.mark.concern("model")

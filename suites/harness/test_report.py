@@ -34,7 +34,14 @@ def results(name, *checks):
         "stopped": "",
         "selected": len(checks),
         "checks": [
-            {"id": i, "outcome": o, "reason": r, "runs_on": None, "serving": "default", "duration_s": 0.0}
+            {
+                "id": i,
+                "outcome": o,
+                "reason": r,
+                "runs_on": None,
+                "serving": "default",
+                "duration_s": 0.0,
+            }
             for i, o, r in checks
         ],
         "stale_deviations": [],
@@ -353,7 +360,10 @@ def test_self_consistency_checks_are_labelled(tmp_path):
         f"{routing}test_audio_gives_valid_frames_only": None,
     }
     markdown = render_markdown(report_of([TargetRun("reference", 0, run.results)]))
-    assert "| `test_routing.py::test_unrelated_kwargs_are_ignored` | default | pass [real model] " in markdown
+    assert (
+        "| `test_routing.py::test_unrelated_kwargs_are_ignored` | default | pass [real model] "
+        in markdown
+    )
     assert "(self-consistency) |" in markdown
     assert "Self-consistency checks (1)" in markdown
 

@@ -23,6 +23,7 @@ from harness.requests import (
     audio_decode_cap_s,
 )
 from harness.serving import DEFAULT_SERVING, ServingConfig
+from harness.targets.base import PROCESSOR_FLOAT_KEYS
 from reference_impl.errors import ConfigError
 from reference_impl.model import NanoNemotronVLModel
 from reference_impl.processor import (
@@ -134,11 +135,17 @@ def run(
 ) -> RequestResult:
     """The request through the reference processor and model."""
     processed = _processed(model, request, serving)
+    dtype = next(model.connector.parameters()).dtype
     embedded: dict[tuple[str, int], torch.Tensor] = {}
     batches: list[Batch] = []
     with torch.no_grad():
         for modality, keys in MODEL_INPUT_KEYS.items():
-            kwargs = {k: v for k, v in processed.mm_kwargs.items() if k in keys}
+            # The processor's floating features in the model's dtype, as an engine casts them.
+            kwargs = {
+                k: _cast(v, dtype) if k in PROCESSOR_FLOAT_KEYS else v
+                for k, v in processed.mm_kwargs.items()
+                if k in keys
+            }
             if not kwargs:
                 continue
             outputs = [
@@ -149,6 +156,14 @@ def run(
     items = _items(processed)
     embeddings = [embedded[(item.modality, item.index)] for item in items]
     return RequestResult(processed.input_ids, items, embeddings, batches)
+
+
+def _cast(value: object, dtype: torch.dtype) -> object:
+    if isinstance(value, torch.Tensor) and value.is_floating_point():
+        return value.to(dtype)
+    if isinstance(value, list):  # dynamic resolution: one tensor per image
+        return [_cast(v, dtype) for v in value]
+    return value
 
 
 #: Each modality's per-item features and the count that splits them into items (dynamic

@@ -231,7 +231,7 @@ class ReferenceTarget(Target):
             loaded = load_folder(
                 checkpoint_folder(spec),
                 shared_tokenizer(),
-                dtype=serving.torch_dtype(torch.float32),
+                dtype=serving.torch_dtype() or torch.float32,
                 max_num_tiles=spec.max_num_tiles,
                 video_pruning_rate=spec.video_pruning_rate,
                 processor_options=serving.processor_kwargs(),

@@ -27,7 +27,8 @@ class VllmModel(MultimodalModel):
         serving: ServingConfig = DEFAULT_SERVING,
     ) -> None:
         calls = EncoderCalls()
-        dtype = next(model.mlp1.parameters()).dtype
+        # What the engine casts the processor's floating outputs to: the served dtype.
+        dtype = vllm_config.model_config.dtype
         super().__init__(spec, calls, torch.device("cpu"), dtype, serving)
         self.model = model
         self.vllm_config = vllm_config

@@ -6,7 +6,9 @@ The steps and the vLLM objects that do them:
    registry makes for the checkpoint folder), ``processor.info.parse_mm_data`` (its data parser),
    then the processor on the prompt (tokenised as the processor's defaults say) and the parsed
    items, with or without vLLM's processor-only cache;
-2. the engine core boundary: every item's kwargs through vLLM's msgpack encoder and decoder, in
+2. the engine's admission: ``InputProcessor.process_inputs`` on the processed prompt (its checks
+   of the prompt against ``--max-model-len`` and of the request against the platform); then the
+   engine core boundary: every item's kwargs through vLLM's msgpack encoder and decoder, in
    prompt order (the engine sorts a request's items by placeholder offset);
 3. the model runner's encoder step: ``group_and_batch_mm_kwargs`` groups consecutive items,
    videos one at a time where the model sets ``requires_sequential_video_encoding``, then
@@ -67,6 +69,26 @@ class VllmRequestPath:
         )
 
     @functools.cached_property
+    def input_processor(self) -> Any:
+        """vLLM's ``InputProcessor`` for the engine config, as ``LLMEngine`` and ``AsyncLLM``
+        make it."""
+        from vllm.v1.engine.input_processor import InputProcessor
+
+        return InputProcessor(self.vllm_config)
+
+    def admit(self, processed: Any) -> None:
+        """The engine's admission of a processed request: ``process_inputs`` with one output
+        token asked for (raises what it raises: a prompt longer than the context)."""
+        from vllm import SamplingParams
+
+        self.input_processor.process_inputs(
+            "harness-request",
+            processed,
+            SamplingParams(max_tokens=1),
+            supported_tasks=("generate",),
+        )
+
+    @functools.cached_property
     def uncast_processor(self) -> Any:
         """Another processor vLLM's registry makes for the same config, with the one step of
         its processing context that casts floating outputs to the model's dtype
@@ -112,6 +134,7 @@ class VllmRequestPath:
         from vllm.v1.worker.utils import sanity_check_mm_encoder_outputs
 
         processed = self.process(request, cached=cached)
+        self.admit(processed)
         features = _in_prompt_order(processed)
 
         encoder, decoder = MsgpackEncoder(), MsgpackDecoder(MultiModalKwargsItem)
