@@ -63,6 +63,44 @@ def clear_error_problem(exc: BaseException, fields: Sequence[str]) -> str | None
     return None
 
 
+#: Exception classes an engine's API server answers as the client's error (HTTP 400, the message
+#: shown to the user): vLLM's validation errors derive from this one.
+CLIENT_ERROR_CLASSES = ("VLLMClientError",)
+
+
+def refusal_problem(exc: BaseException, names: Sequence[str]) -> str | None:
+    """Why ``exc`` is not a refusal a user can act on; None when it is: a ValueError or
+    TypeError, or an error the engine's server returns to the client as the client's
+    (:data:`CLIENT_ERROR_CLASSES`), whose message names one of ``names`` (the option to change,
+    or the limit that was hit)."""
+    classes = {cls.__name__ for cls in type(exc).__mro__}
+    if not isinstance(exc, CLEAR_ERROR_TYPES) and not classes & set(CLIENT_ERROR_CLASSES):
+        return f"a {type(exc).__name__} is neither a ValueError/TypeError nor a client error"
+    if not any(name in str(exc) for name in names):
+        return f"the message names none of {list(names)}"
+    return None
+
+
+@contextlib.contextmanager
+def refused_naming(*names: str) -> Iterator[None]:
+    """The block must be refused with an error a user can act on, naming one of ``names``
+    (:func:`refusal_problem`)."""
+    try:
+        yield
+    except Exception as exc:
+        assert_refusal(exc, names)
+    else:
+        raise AssertionError(f"expected a refusal naming one of {list(names)}; it was served")
+
+
+def assert_refusal(exc: BaseException, names: Sequence[str]) -> None:
+    problem = refusal_problem(exc, names)
+    assert problem is None, (
+        f"expected a refusal naming one of {list(names)}, got {type(exc).__name__}: {exc} "
+        f"({problem})"
+    )
+
+
 def is_clear_error(exc: BaseException, fields: Sequence[str]) -> bool:
     """An actionable exception: see :func:`clear_error_problem`."""
     return clear_error_problem(exc, fields) is None

@@ -14,6 +14,7 @@ send, each on the checkpoint variant it needs. Media are deterministic functions
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import io
 import os
@@ -82,6 +83,26 @@ class VideoFile(VideoClip):
 
     def metadata(self) -> dict[str, object]:
         return {**super().metadata(), "original_video_bytes": self.data}
+
+    def sampled(self, num_frames: int) -> VideoFile:
+        """The file as a video loader told to sample ``num_frames`` frames decodes it
+        (``--media-io-kwargs '{"video": {"num_frames": N}}'``): frames spread evenly over the
+        clip, the first and the last kept (``floor(i * (F - 1) / (N - 1))``; all ``F`` when
+        ``N >= F``)."""
+        if not isinstance(num_frames, int) or isinstance(num_frames, bool) or num_frames < 1:
+            raise ValueError(f"num_frames: expected a positive int, got {num_frames!r}")
+        total = len(self.frames_indices)
+        if num_frames >= total:
+            return self
+        if num_frames == 1:
+            picks = [0]
+        else:
+            picks = [i * (total - 1) // (num_frames - 1) for i in range(num_frames)]
+        return dataclasses.replace(
+            self,
+            frames=self.frames[picks],
+            frames_indices=tuple(self.frames_indices[i] for i in picks),
+        )
 
 
 def track_seconds(video: object) -> float | None:

@@ -18,6 +18,7 @@ the catalogue the serving checks run; a check records the configuration it ran u
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shlex
 from collections.abc import Mapping
@@ -143,6 +144,21 @@ class ServingConfig:
         checkpoint in its saved dtype, an fp32 one in its platform's preferred half
         precision)."""
         return DTYPES[self.dtype]
+
+    def model_options(self) -> ServingConfig:
+        """This configuration with only the options that change the built model (its dtype,
+        context, cache dtypes, parallelism); the others (embeddings accepted, per-prompt
+        limits, the media loaders' and the processor's options, prefix caching) act on
+        requests, so configurations that differ only in them share one built model."""
+        return dataclasses.replace(
+            self,
+            enable_mm_embeds=True,
+            limit_mm_per_prompt="",
+            media_io_kwargs="",
+            mm_processor_kwargs="",
+            enable_prefix_caching=None,
+            label="",
+        )
 
     # What the user types ----------------------------------------------------------------
 

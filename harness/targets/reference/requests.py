@@ -23,7 +23,7 @@ from harness.requests import (
     audio_decode_cap_s,
 )
 from harness.serving import DEFAULT_SERVING, ServingConfig
-from harness.targets.base import PROCESSOR_FLOAT_KEYS
+from harness.targets.base import PROCESSOR_FLOAT_KEYS, NotImplementedByTarget
 from reference_impl.errors import ConfigError
 from reference_impl.model import NanoNemotronVLModel
 from reference_impl.processor import (
@@ -83,7 +83,8 @@ def admit(serving: ServingConfig, request: Request) -> None:
             False,
         )
     for modality, limit in serving.limits().items():
-        count = request.num_items(modality)  # type: ignore[arg-type]  # a LIMITED_MODALITY
+        # An audio track taken from a video (use_audio_in_video) is an audio item too.
+        count = request.expected_items(modality)  # type: ignore[arg-type]  # LIMITED_MODALITIES
         if count > limit:
             raise ConfigError(
                 f"limit_mm_per_prompt.{modality}",
@@ -92,10 +93,28 @@ def admit(serving: ServingConfig, request: Request) -> None:
             )
 
 
+def loaded(serving: ServingConfig, request: Request) -> Request:
+    """``request`` as the engine's media loaders make it under ``--media-io-kwargs``: video
+    files sampled to ``num_frames`` (the one loader option the reference implements)."""
+    options = dict(serving.media_io())
+    video = dict(options.pop("video", {}))
+    num_frames = video.pop("num_frames", None)
+    if options or video:
+        raise NotImplementedByTarget(
+            f"--media-io-kwargs: the reference loads video files with num_frames only, got "
+            f"{serving.text('media_io_kwargs')}"
+        )
+    if num_frames is None:
+        return request
+    videos = [v.sampled(num_frames) if isinstance(v, VideoFile) else v for v in request.videos]
+    return dataclasses.replace(request, videos=videos)
+
+
 def _processed(
     model: NanoNemotronVLModel, request: Request, serving: ServingConfig
 ) -> ProcessorOutput:
     admit(serving, request)
+    request = loaded(serving, request)
     sampling_rate = model.config.sound_config.sampling_rate if model.config.sound_config else None
     if request.audios and sampling_rate != AUDIO_SAMPLE_RATE:
         raise ConfigError("audios", f"audio at {sampling_rate} Hz", f"{AUDIO_SAMPLE_RATE} Hz")

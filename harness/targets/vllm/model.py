@@ -25,16 +25,21 @@ class VllmModel(MultimodalModel):
         vllm_config: Any,
         spec: ModelSpec,
         serving: ServingConfig = DEFAULT_SERVING,
+        *,
+        shares: VllmModel | None = None,
     ) -> None:
-        calls = EncoderCalls()
+        """``shares``: another wrapper of the same built ``model`` (a configuration whose
+        options act on requests only): its recorded calls are this one's too."""
+        calls = EncoderCalls() if shares is None else shares.calls
         # What the engine casts the processor's floating outputs to: the served dtype.
         dtype = vllm_config.model_config.dtype
         super().__init__(spec, calls, torch.device("cpu"), dtype, serving)
         self.model = model
         self.vllm_config = vllm_config
-        model.vision_model.register_forward_pre_hook(self._record_vision, with_kwargs=True)
-        if model.sound_encoder is not None:
-            model.sound_encoder.register_forward_pre_hook(self._record_audio)
+        if shares is None:
+            model.vision_model.register_forward_pre_hook(self._record_vision, with_kwargs=True)
+            if model.sound_encoder is not None:
+                model.sound_encoder.register_forward_pre_hook(self._record_audio)
         self._request_path: VllmRequestPath | None = None
 
     @property

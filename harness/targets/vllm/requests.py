@@ -22,6 +22,7 @@ next to its embedding, and the suites check they agree.
 
 from __future__ import annotations
 
+import base64
 import functools
 from typing import Any
 
@@ -34,6 +35,7 @@ from harness.requests import (
     Request,
     RequestItem,
     RequestResult,
+    VideoFile,
 )
 
 #: The processor outputs a tower reads as features (floating) and their masks.
@@ -58,9 +60,36 @@ class VllmRequestPath:
         self.processor = MULTIMODAL_REGISTRY.create_processor(model_config)
         self.cache = MultiModalProcessorOnlyCache(model_config)
 
+    def multi_modal_data(self, request: Request) -> dict[str, object]:
+        """The request's ``multi_modal_data`` as the server makes it. Video files are decoded
+        as the harness's loader decodes them (:class:`~harness.requests.VideoFile`), unless the
+        engine is served with ``--media-io-kwargs`` for video: then each file's bytes are loaded
+        by vLLM's ``MediaConnector`` with the engine's loader options, as the chat parser loads
+        a ``video_url``."""
+        data = request.multi_modal_data()
+        io_kwargs = self.vllm_config.model_config.multimodal_config.media_io_kwargs or {}
+        options = set(io_kwargs.get("video", {})) - {"video_backend"}  # the model's own
+        files = request.embeddings("video") is None and any(
+            isinstance(video, VideoFile) for video in request.videos
+        )
+        if not options or not files:
+            return data
+        from vllm.multimodal.media import MediaConnector
+
+        connector = MediaConnector(media_io_kwargs=io_kwargs)
+        data["video"] = [
+            connector.fetch_video(
+                "data:video/x-matroska;base64," + base64.b64encode(video.data).decode()
+            )
+            if isinstance(video, VideoFile)
+            else (video.frames, video.metadata())
+            for video in request.videos
+        ]
+        return data
+
     def process(self, request: Request, *, cached: bool = False) -> Any:
         """The renderer's step: vLLM's ``MultiModalInput`` for the request."""
-        items = self.processor.info.parse_mm_data(request.multi_modal_data())
+        items = self.processor.info.parse_mm_data(self.multi_modal_data(request))
         return self.processor(
             request.prompt,
             items,
@@ -106,7 +135,7 @@ class VllmRequestPath:
     def features(self, request: Request) -> list[ItemFeatures]:
         """The processor's features of each media item, in prompt order, before the cast."""
         processor = self.uncast_processor
-        items = processor.info.parse_mm_data(request.multi_modal_data())
+        items = processor.info.parse_mm_data(self.multi_modal_data(request))
         processed = processor(
             request.prompt, items, hf_processor_mm_kwargs=request.processor_kwargs()
         )

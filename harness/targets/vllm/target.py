@@ -180,22 +180,35 @@ class VllmTarget(Target):
     ) -> MultimodalModel:
         key = (spec, serving)
         if key not in self._models:
-            module = self.load()
-            start = time.perf_counter()
-            folder = checkpoint_folder(spec)
-            written = time.perf_counter() - start
-            timings = build.Timings()
-            built, vllm_config = build.build_and_load(
-                module,
-                folder,
-                timings,
-                spec.processor_options,
-                spec.video_pruning_rate,
-                serving=serving,
-            )
-            name = spec.slug if serving == DEFAULT_SERVING else f"{spec.slug} {serving.name}"
-            self.timings[name] = {"checkpoint_s": round(written, 3), **timings.as_dict()}
-            self._models[key] = VllmModel(built, vllm_config, spec, serving)
+            built = (spec, serving.model_options())
+            if built not in self._models:
+                module = self.load()
+                start = time.perf_counter()
+                folder = checkpoint_folder(spec)
+                written = time.perf_counter() - start
+                timings = build.Timings()
+                model, vllm_config = build.build_and_load(
+                    module,
+                    folder,
+                    timings,
+                    spec.processor_options,
+                    spec.video_pruning_rate,
+                    serving=built[1],
+                )
+                name = spec.slug if built[1] == DEFAULT_SERVING else f"{spec.slug} {built[1].name}"
+                self.timings[name] = {"checkpoint_s": round(written, 3), **timings.as_dict()}
+                self._models[built] = VllmModel(model, vllm_config, spec, built[1])
+            if key != built:  # options that act on requests: the same model, its own engine
+                shared = self._models[built]
+                vllm_config = build.engine_config(
+                    checkpoint_folder(spec),
+                    serving=serving,
+                    mm_processor_kwargs=spec.processor_options,
+                    video_pruning_rate=spec.video_pruning_rate,
+                )
+                self._models[key] = VllmModel(
+                    shared.model, vllm_config, spec, serving, shares=shared
+                )
         model = self._models[key]
         model.calls.reset()
         return model
@@ -468,6 +481,15 @@ class VllmTarget(Target):
             multimodal=lora_attributes(cls),
             language_model=lora_attributes(module.NemotronHForCausalLM),
         )
+
+    def tensor_parallel_shards(
+        self, spec: ModelSpec, tp_size: int
+    ) -> dict[int, dict[str, torch.Tensor]]:
+        from harness.targets.vllm import tensor_parallel
+
+        shards, timings = tensor_parallel.tensor_parallel_shards(self.load(), spec, tp_size)
+        self.timings.update(timings)
+        return shards
 
 
 def _compare(
