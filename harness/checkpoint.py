@@ -91,8 +91,8 @@ class ModelSpec:
     max_model_len: int = 4096  # the engine's context (the dynamic tiler's budget)
     audio_convolution_bias: bool = True  # False: the Omni form (biases still in the file)
     quantization: Literal["none", "fp8"] = "none"  # "fp8": see :func:`fp8_checkpoint`
-    # The dtype the folder's weights are saved in (its config's ``torch_dtype``): what vLLM's
-    # ``--dtype auto`` serves in.
+    # The dtype the folder's weights are saved in (its config's ``torch_dtype``): vLLM's
+    # ``--dtype auto`` serves a bf16 folder in bf16, an fp32 one in its platform's half precision.
     checkpoint_dtype: Literal["bfloat16", "float32"] = "bfloat16"
     # A serving option, not a checkpoint field: the engine-level limit of static tiles per
     # image (vLLM's processor option `max_num_tiles`, default 12), see `processor_options`.
@@ -558,13 +558,13 @@ def _positive_int(text: str) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m harness.checkpoint DIR [--dynamic] [--max-model-len N] [--adapter NAME ADIR]``:
-    write the tiny checkpoint folder into ``DIR`` (and each named LoRA adapter's folder for it
-    into its ``ADIR``), and print each folder's path, one a line."""
+    """``python -m harness.checkpoint DIR [--dynamic] [--max-model-len N] [--checkpoint-dtype D]
+    [--adapter NAME ADIR]``: write the tiny checkpoint folder into ``DIR`` (and each named LoRA
+    adapter's folder for it into its ``ADIR``), and print each folder's path, one a line."""
     parser = argparse.ArgumentParser(
         prog="python -m harness.checkpoint",
         description="Write a tiny Nano-Nemotron VL checkpoint folder that vLLM reads as it reads "
-        "a real one (config.json with its configuration module, tokenizer, random bf16 "
+        "a real one (config.json with its configuration module, tokenizer, random bf16 or fp32 "
         "model.safetensors), and LoRA adapter folders for it.",
     )
     parser.add_argument("folder", type=Path, metavar="DIR", help="the checkpoint folder to write")
@@ -578,6 +578,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=default_len,
         metavar="N",
         help=f"the context the config states (max_sequence_length; default {default_len})",
+    )
+    parser.add_argument(
+        "--checkpoint-dtype",
+        choices=sorted(CHECKPOINT_DTYPES),
+        default=ModelSpec().checkpoint_dtype,
+        help="the dtype the weights are saved in, and the config's torch_dtype (default: "
+        "%(default)s; vLLM's --dtype auto serves a float32 checkpoint in bfloat16)",
     )
     parser.add_argument(
         "--adapter",
@@ -599,7 +606,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         if path.exists() and not path.is_dir():
             parser.error(f"{str(path)!r} exists and is not a folder")
     try:
-        spec = ModelSpec(dynamic_resolution=args.dynamic, max_model_len=args.max_model_len)
+        spec = ModelSpec(
+            dynamic_resolution=args.dynamic,
+            max_model_len=args.max_model_len,
+            checkpoint_dtype=args.checkpoint_dtype,
+        )
     except ValueError as e:
         parser.error(str(e))
     folder = write_checkpoint(spec, args.folder).resolve()

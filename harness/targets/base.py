@@ -110,6 +110,31 @@ class MambaStateInfo:
     dtypes: tuple[torch.dtype, ...]
 
 
+@dataclass(frozen=True)
+class CacheLayout:
+    """The caches an engine sizes for a served model: each attention layer's KV cache, each
+    Mamba layer's state, and the hybrid block sizing that makes their pages equal.
+
+    ``attention``: ``(num_kv_heads, head_size, dtype, bytes per token)`` per attention layer;
+    ``mamba``: ``(shapes, dtypes, real page bytes)`` per Mamba layer (empty where the platform
+    was only asked for its numbers, not given a model); ``block_size`` the attention block in
+    tokens; ``mamba_page_size_padded`` the Mamba page after padding (None: not padded);
+    ``mamba_block_size`` the tokens one Mamba state stands for; ``mamba_cache_mode`` vLLM's
+    ("align" with prefix caching, "none" without)."""
+
+    block_size: int
+    mamba_block_size: int
+    mamba_page_size_padded: int | None
+    mamba_cache_mode: str
+    attention: tuple[tuple[int, int, torch.dtype, int], ...]
+    mamba: tuple[tuple[tuple[tuple[int, ...], ...], tuple[torch.dtype, ...], int], ...]
+
+
+#: Where an engine sizes its caches: this machine's platform, or a CUDA GPU's (its default
+#: attention backend's kernel block sizes), computed without one.
+CACHE_PLATFORMS = ("engine", "cuda")
+
+
 class LiveParameter(torch.nn.Parameter):
     """A parameter a serving engine holds live in its config: deep-copying it fails."""
 
@@ -535,3 +560,24 @@ class Target(abc.ABC):
     @abc.abstractmethod
     def lora_metadata(self) -> LoRAMetadata:
         """The VL class's and its language model class's LoRA attributes."""
+
+    def cache_layout(self, spec: ModelSpec, serving: ServingConfig, platform: str) -> CacheLayout:
+        """The caches the target's engine sizes for ``spec`` served with ``serving``, on
+        ``platform`` (:data:`CACHE_PLATFORMS`). A target without an engine's caches raises
+        :class:`NotImplementedByTarget`."""
+        raise NotImplementedByTarget(
+            f"target {self.name!r} has no serving engine's caches to size (no KV cache, no "
+            "Mamba state pool)"
+        )
+
+    # Tensor parallelism ------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def tensor_parallel_shards(
+        self, spec: ModelSpec, tp_size: int
+    ) -> dict[int, dict[str, torch.Tensor]]:
+        """``spec``'s model served with ``--tensor-parallel-size tp_size``: for each rank, every
+        parameter by the target's own name, as that rank's constructor and loader (the
+        target's own, reading the checkpoint folder) filled it; ``tp_size`` 1 gives the
+        unsharded parameters. Raises :class:`NotImplementedByTarget` on a target without tensor
+        parallelism."""

@@ -1,7 +1,7 @@
-"""Shared set-up of the findings' reproductions: vLLM's multimodal processor, or its model and
-LoRA manager, for a tiny Nano-Nemotron VL checkpoint folder, made the way ``vllm serve FOLDER``
-makes them (no hub: the folder holds its config, configuration module, tokenizer and random bf16
-weights).
+"""Shared set-up of the findings' reproductions: vLLM's multimodal processor, or its model (with
+serving options such as ``--dtype``, or with its LoRA manager), for a tiny Nano-Nemotron VL
+checkpoint folder, made the way ``vllm serve FOLDER`` makes them (no hub: the folder holds its
+config, configuration module, tokenizer and random bf16, or fp32, weights).
 
 A reproduction runs against folders given on its command line, with vLLM alone (and torch,
 numpy, PIL, PyAV, safetensors: no module of this repository is imported). One command of the
@@ -10,9 +10,9 @@ harness writes them, from the repository root::
     python -m harness.checkpoint /tmp/nnvl-tiny
     VLLM_TARGET_DEVICE=cpu python reports/findings/request_image_embeds.py /tmp/nnvl-tiny
 
-A finding that needs another folder (dynamic resolution, a shorter context, LoRA adapters) says
-so in its docstring and its issue text; run with ``--help`` or a wrong folder, a script prints
-the exact writer command. Given no folder (``python reports/findings/X.py``, or
+A finding that needs another folder (dynamic resolution, a shorter context, fp32 weights, LoRA
+adapters) says so in its docstring and its issue text; run with ``--help`` or a wrong folder, a
+script prints the exact writer command. Given no folder (``python reports/findings/X.py``, or
 ``python -m harness.findings``, which calls each ``main()``), a script has the harness write the
 folders it needs into a temporary folder first.
 
@@ -49,6 +49,8 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 HIDDEN_SIZE = 64  # the tiny checkpoint's text_config.hidden_size
 DEFAULT_MAX_MODEL_LEN = 4096  # the context the default folder's config states
 BROKEN_PREFIX = "broken-"  # the writer's name of a broken adapter: broken-<kind>
+DEFAULT_CHECKPOINT_DTYPE = "bfloat16"  # the dtype the default folder's weights are saved in
+DTYPE_SHORT_NAMES = {"bfloat16": "bf16", "float32": "fp32"}  # in the printed folder names
 
 
 # ---------------------------------------------------------------------------------------------
@@ -58,19 +60,24 @@ BROKEN_PREFIX = "broken-"  # the writer's name of a broken adapter: broken-<kind
 @dataclass(frozen=True)
 class Folders:
     """The folders a reproduction runs against: a checkpoint folder (``dynamic``: dynamic
-    resolution; ``max_model_len``: the context its config states) and LoRA adapter folders for
+    resolution; ``max_model_len``: the context its config states; ``checkpoint_dtype``: the
+    dtype its weights are saved in, its config's ``torch_dtype``) and LoRA adapter folders for
     it, by the names ``python -m harness.checkpoint --adapter NAME DIR`` writes them under."""
 
     dynamic: bool = False
     max_model_len: int = DEFAULT_MAX_MODEL_LEN
     adapters: tuple[str, ...] = ()
+    checkpoint_dtype: str = DEFAULT_CHECKPOINT_DTYPE
 
     @property
     def checkpoint_path(self) -> str:
         """Where the commands printed for a person put the checkpoint folder."""
         path = "/tmp/nnvl-tiny" + ("-dynamic" if self.dynamic else "")
+        path += "" if self.max_model_len == DEFAULT_MAX_MODEL_LEN else f"-{self.max_model_len}"
         return path + (
-            "" if self.max_model_len == DEFAULT_MAX_MODEL_LEN else f"-{self.max_model_len}"
+            ""
+            if self.checkpoint_dtype == DEFAULT_CHECKPOINT_DTYPE
+            else f"-{DTYPE_SHORT_NAMES.get(self.checkpoint_dtype, self.checkpoint_dtype)}"
         )
 
     def adapter_path(self, name: str) -> str:
@@ -83,6 +90,8 @@ class Folders:
             words.append("--dynamic")
         if self.max_model_len != DEFAULT_MAX_MODEL_LEN:
             words.append(f"--max-model-len {self.max_model_len}")
+        if self.checkpoint_dtype != DEFAULT_CHECKPOINT_DTYPE:
+            words.append(f"--checkpoint-dtype {self.checkpoint_dtype}")
         words += [f"--adapter {name} {self.adapter_path(name)}" for name in self.adapters]
         return " ".join(words)
 
@@ -140,12 +149,22 @@ class Folders:
                 f"{str(folder)!r} states a context of {config.get('max_sequence_length')} "
                 f"tokens; this finding needs {self.max_model_len}: {write}"
             )
+        saved = config.get("torch_dtype", config.get("dtype"))
+        if saved != self.checkpoint_dtype:
+            parser.error(
+                f"{str(folder)!r} is saved in {saved}; this finding needs a checkpoint saved in "
+                f"{self.checkpoint_dtype}: {write}"
+            )
 
     def _written_by_the_harness(self) -> tuple[Path, list[Path]]:
         sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
         from harness.checkpoint import ModelSpec, checkpoint_folder, write_adapter_folder
 
-        spec = ModelSpec(dynamic_resolution=self.dynamic, max_model_len=self.max_model_len)
+        spec = ModelSpec(
+            dynamic_resolution=self.dynamic,
+            max_model_len=self.max_model_len,
+            checkpoint_dtype=self.checkpoint_dtype,  # type: ignore[arg-type]
+        )
         adapters: list[Path] = []
         if self.adapters:
             root = Path(tempfile.mkdtemp(prefix="nnvl-lora-"))
@@ -227,6 +246,105 @@ def told() -> Iterator[list[str]]:
     handler.messages += [str(w.message) for w in caught]
 
 
+@contextlib.contextmanager
+def without_packed_cpu_kernels() -> Iterator[None]:
+    """vLLM's post-load processing as on a CPU without AVX512-BF16 and AMX, whose packed-weight
+    kernels (causal_conv1d_weight_pack, convert_weight_packed) vLLM's CUDA wheel lacks."""
+    import torch
+
+    with (
+        mock.patch.object(torch.cpu, "_is_avx512_bf16_supported", return_value=False),
+        mock.patch.object(torch.cpu, "_is_amx_tile_supported", return_value=False),
+    ):
+        yield
+
+
+class Served:
+    """The checkpoint folder's model as ``vllm serve FOLDER *options`` serves it, on the CPU.
+
+    The engine config is made as the command makes it: ``options`` (with ``--trust-remote-code``
+    and the context the folder's config states) parsed by vLLM's own argument parser
+    (``EngineArgs.add_cli_args``), then ``EngineArgs.from_cli_args(...).create_engine_config()``.
+    The model is then built as vLLM's loader builds it: its constructor under the served dtype,
+    ``load_weights`` from the folder's safetensors, post-load processing. :meth:`run` sends one
+    request through the registry processor and the model runner's encoder step."""
+
+    def __init__(self, folder: Path, options: Sequence[str] = ()) -> None:
+        import torch
+        from vllm.config import set_current_vllm_config
+        from vllm.engine.arg_utils import EngineArgs
+        from vllm.model_executor.model_loader import get_model_loader
+        from vllm.model_executor.model_loader.utils import process_weights_after_loading
+        from vllm.multimodal import MULTIMODAL_REGISTRY
+        from vllm.utils.argparse_utils import FlexibleArgumentParser
+        from vllm.utils.torch_utils import set_default_torch_dtype
+
+        _init_cpu_runtime()
+        args = [f"--model={folder}", f"--tokenizer={folder}", "--trust-remote-code"]
+        args += [f"--max-model-len={stated_context(folder)}", *options]
+        parser = EngineArgs.add_cli_args(FlexibleArgumentParser())
+        self.vllm_config = EngineArgs.from_cli_args(parser.parse_args(args)).create_engine_config()
+        model_config = self.vllm_config.model_config
+        loader = get_model_loader(self.vllm_config.load_config)
+        with set_default_torch_dtype(model_config.dtype), torch.device("cpu"):
+            model = loader.create_model(vllm_config=self.vllm_config, model_config=model_config)
+        with set_current_vllm_config(self.vllm_config):
+            loader.load_weights(model, model_config)
+        with without_packed_cpu_kernels(), set_current_vllm_config(self.vllm_config):
+            process_weights_after_loading(model, model_config, torch.device("cpu"))
+        self.model = model.eval()
+        self.dtype: Any = model_config.dtype  # the served dtype (--dtype)
+        self.processor = MULTIMODAL_REGISTRY.create_processor(model_config)
+
+    def run(
+        self,
+        prompt: str,
+        data: dict[str, object],
+        processor_kwargs: dict[str, object] | None = None,
+    ) -> list[Any]:
+        """One request's media embeddings, in prompt order, as the engine makes them: the
+        registry processor (its context casts the features to the served dtype), each item's
+        kwargs through vLLM's msgpack encoder and decoder, ``group_and_batch_mm_kwargs``, the
+        model's ``embed_multimodal`` per batch, ``sanity_check_mm_encoder_outputs``."""
+        import torch
+        from vllm.config import set_current_vllm_config
+        from vllm.multimodal.inputs import MultiModalKwargsItem
+        from vllm.multimodal.utils import group_and_batch_mm_kwargs
+        from vllm.v1.serial_utils import MsgpackDecoder, MsgpackEncoder
+        from vllm.v1.worker.utils import sanity_check_mm_encoder_outputs
+
+        items = self.processor.info.parse_mm_data(data)
+        processed = self.processor(prompt, items, hf_processor_mm_kwargs=processor_kwargs or {})
+        placed = sorted(
+            (placeholder.offset, modality, index)
+            for modality, placeholders in processed["mm_placeholders"].items()
+            for index, placeholder in enumerate(placeholders)
+        )
+        encoder, decoder = MsgpackEncoder(), MsgpackDecoder(MultiModalKwargsItem)
+        kwargs = [
+            (modality, decoder.decode(encoder.encode(processed["mm_kwargs"][modality][index])))
+            for _, modality, index in placed
+        ]
+        # Videos one at a time where the model asks for it, as the model runner batches them.
+        sequential = getattr(self.model, "requires_sequential_video_encoding", False)
+        batches: list[tuple[int, Any]] = []
+        done = 0  # items batched so far
+        for modality, num_items, batch in group_and_batch_mm_kwargs(kwargs):
+            if sequential and modality == "video" and num_items > 1:
+                for one in kwargs[done : done + num_items]:
+                    batches.append((1, next(group_and_batch_mm_kwargs([one]))[2]))
+            else:
+                batches.append((num_items, batch))
+            done += num_items
+        outputs: list[Any] = []
+        with set_current_vllm_config(self.vllm_config), torch.no_grad():
+            for num_items, batch in batches:
+                out = self.model.embed_multimodal(**batch)
+                sanity_check_mm_encoder_outputs(out, expected_num_items=num_items)
+                outputs.extend(out)
+        return outputs
+
+
 class ServedWithLoRA:
     """The checkpoint folder's model as ``vllm serve FOLDER --enable-lora --max-loras 2
     --max-lora-rank R`` serves it, on the CPU: vLLM's constructor, loader and post-load
@@ -268,13 +386,7 @@ class ServedWithLoRA:
             model = loader.create_model(vllm_config=self.vllm_config, model_config=model_config)
         with set_current_vllm_config(self.vllm_config):
             loader.load_weights(model, model_config)
-        # Post-load processing as on a CPU without AVX512-BF16 and AMX, whose packed-weight
-        # kernels (causal_conv1d_weight_pack, convert_weight_packed) vLLM's CUDA wheel lacks.
-        with (
-            mock.patch.object(torch.cpu, "_is_avx512_bf16_supported", return_value=False),
-            mock.patch.object(torch.cpu, "_is_amx_tile_supported", return_value=False),
-            set_current_vllm_config(self.vllm_config),
-        ):
+        with without_packed_cpu_kernels(), set_current_vllm_config(self.vllm_config):
             process_weights_after_loading(model, model_config, torch.device("cpu"))
         model.eval()
         with set_current_vllm_config(self.vllm_config):
@@ -373,8 +485,51 @@ def video_file(audio_seconds: float, audio_rate: int = 16000, audio_channels: in
     return VideoFile(np.stack(decoded), data)
 
 
+AUDIO_RATE = 16000  # the sampling rate of the audio items (the feature extractor's)
+
+
+def one_item_requests() -> dict[str, tuple[str, dict[str, object]]]:
+    """One request per modality, as ``(prompt, multi-modal data)``: a 64 x 64 noise image
+    (PIL), a two-frame 64 x 64 video (:func:`video_file`'s frames and metadata), a one-second
+    440 Hz tone at 16 kHz."""
+    from PIL import Image
+
+    pixels = np.random.default_rng(0).integers(0, 256, (64, 64, 3), dtype=np.uint8)
+    video = video_file(1.0)
+    t = np.arange(AUDIO_RATE) / AUDIO_RATE
+    tone = (0.3 * np.sin(2 * np.pi * 440.0 * t)).astype(np.float32)
+    return {
+        "image": ("<image>", {"image": [Image.fromarray(pixels)]}),
+        "video": ("<video>", {"video": [(video.frames, video.metadata())]}),
+        "audio": ("<so_embedding>", {"audio": [(tone, AUDIO_RATE)]}),
+    }
+
+
 # ---------------------------------------------------------------------------------------------
 # Verdicts
+
+
+def served_request_problems(served: Served, modalities: Sequence[str]) -> list[str]:
+    """What goes wrong with one request of each of ``modalities`` (:func:`one_item_requests`)
+    to ``served``: ``"<modality>: <exception type>: <message>"`` for one that raised (its
+    traceback printed), ``"<modality>: embeddings in <dtype>, not the served <dtype>"`` for one
+    whose embeddings are not in the served dtype; ``[]`` when every one is right."""
+    requests = one_item_requests()
+    problems = []
+    for modality in modalities:
+        prompt, data = requests[modality]
+        try:
+            outputs = served.run(prompt, data)
+        except Exception as e:
+            traceback.print_exc()
+            problems.append(f"{modality}: {type(e).__name__}: {e}")
+            continue
+        dtypes = sorted({str(output.dtype) for output in outputs})
+        if dtypes != [str(served.dtype)]:
+            problems.append(
+                f"{modality}: embeddings in {', '.join(dtypes)}, not the served {served.dtype}"
+            )
+    return problems
 
 
 def reproduce_silent(wrong: Callable[[], str | None]) -> int:

@@ -106,6 +106,8 @@ def loaded(serving: ServingConfig, request: Request) -> Request:
         )
     if num_frames is None:
         return request
+    if not isinstance(num_frames, int):
+        raise ConfigError("media_io_kwargs.video.num_frames", "an int", num_frames)
     videos = [v.sampled(num_frames) if isinstance(v, VideoFile) else v for v in request.videos]
     return dataclasses.replace(request, videos=videos)
 

@@ -26,11 +26,13 @@ from harness import ROOT
 from harness.checkpoint import ModelSpec, checkpoint_folder, checkpoint_weights
 from harness.serving import DEFAULT_SERVING, ServingConfig
 from harness.targets.base import (
+    CACHE_PLATFORMS,
     FUNCTIONS,
     LORA_MANAGER,
     REAL_MODEL,
     REAL_PROCESSING_INFO,
     REQUEST_PATH,
+    CacheLayout,
     DeepcopyRefused,
     LiveParameter,
     LoadedWeights,
@@ -376,10 +378,13 @@ class VllmTarget(Target):
         *,
         text_only: bool = False,
         hf_overrides: dict[str, Any] | None = None,
+        serving: ServingConfig = DEFAULT_SERVING,
     ) -> Any:
-        """A new ``VllmConfig`` of ``spec``'s folder, served with its processor options."""
+        """A new ``VllmConfig`` of ``spec``'s folder, served with its processor options and
+        ``serving``'s."""
         return build.engine_config(
             checkpoint_folder(spec),
+            serving=serving,
             text_only=text_only,
             hf_overrides=hf_overrides,
             mm_processor_kwargs=spec.processor_options,
@@ -470,6 +475,16 @@ class VllmTarget(Target):
             lora=options,
         )
         return VllmLoRAServing(model, vllm_config)
+
+    def cache_layout(self, spec: ModelSpec, serving: ServingConfig, platform: str) -> CacheLayout:
+        from harness.targets.vllm import cache
+
+        if platform not in CACHE_PLATFORMS:
+            raise ValueError(f"platform: expected one of {list(CACHE_PLATFORMS)}, got {platform!r}")
+        vllm_config = self._engine_config(spec, serving=serving)
+        if platform == "cuda":
+            return cache.cuda_layout(vllm_config)
+        return cache.engine_layout(self.load(), vllm_config)
 
     def lora_metadata(self) -> LoRAMetadata:
         module = self.load()
