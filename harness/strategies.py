@@ -13,6 +13,7 @@ from harness.checkpoint import ModelSpec
 from harness.model_kwargs import InputGroup
 from harness.requests import PLACEHOLDER, Items, audio_clip, embedding_rows, pil_image, video_clip
 from harness.requests import Request as UserRequest
+from harness.serving import ServingConfig
 
 #: Keyword arguments a model's ``embed_multimodal`` receives that name no multimodal input.
 UNRELATED_KWARGS: dict[str, object] = {
@@ -189,3 +190,34 @@ def embedding_requests(
     if modality == "image":
         return UserRequest(prompt, images=given)
     return UserRequest(prompt, videos=given)
+
+
+# ---------------------------------------------------------------------------------------------
+# Serving configurations
+
+#: The request-level serving options drawn with a request (harness.serving), from few values so
+#: that the models they need are built once: ``--max-model-len`` changes the built model.
+SERVED_CONTEXTS = (None, 96, 256, 1024)
+SERVED_TILE_LIMITS = (None, 1, 2, 6)
+SERVED_ITEM_LIMITS = (None, 0, 1, 2)
+
+
+@st.composite
+def serving_configs(draw: st.DrawFn) -> ServingConfig:
+    """A serving configuration a user may start the engine with, over the options that act on
+    a media request: the context, per-modality item limits, the processor's tile limit, and
+    embeddings accepted or not. ``--dtype`` is not drawn: test_serving_dtype runs every served
+    dtype through every tower path."""
+    limits = {
+        modality: limit
+        for modality in ("image", "video", "audio")
+        if (limit := draw(st.sampled_from(SERVED_ITEM_LIMITS), label=f"limit {modality}"))
+        is not None
+    }
+    tiles = draw(st.sampled_from(SERVED_TILE_LIMITS), label="max_num_tiles")
+    return ServingConfig(
+        enable_mm_embeds=draw(st.booleans(), label="enable_mm_embeds"),
+        limit_mm_per_prompt=limits,
+        max_model_len=draw(st.sampled_from(SERVED_CONTEXTS), label="max_model_len"),
+        mm_processor_kwargs={} if tiles is None else {"max_num_tiles": tiles},
+    )

@@ -386,3 +386,11 @@ class ReferenceTarget(Target):
             multimodal=lora_attributes(NanoNemotronVLForConditionalGeneration),
             language_model=lora_attributes(NemotronHForCausalLM),
         )
+
+    def tensor_parallel_shards(
+        self, spec: ModelSpec, tp_size: int
+    ) -> dict[int, dict[str, torch.Tensor]]:
+        raise NotImplementedByTarget(
+            "the reference has no tensor parallelism: one process holds every parameter whole "
+            f"(spec {spec.slug}, --tensor-parallel-size {tp_size})"
+        )

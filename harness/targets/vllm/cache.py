@@ -54,7 +54,7 @@ def cuda_layout(vllm_config: Any) -> CacheLayout:
     from vllm.platforms.interface import Platform
     from vllm.v1.attention.backends.triton_attn import TritonAttentionBackend
 
-    class CudaDefaults(Platform):
+    class CudaDefaults(Platform):  # type: ignore[misc]  # vLLM is untyped here
         @classmethod
         def _find_non_ssm_backends(cls, vllm_config: Any) -> list[Any]:
             return [TritonAttentionBackend]
@@ -75,6 +75,6 @@ def _layout(
         mamba_block_size=int(cache.mamba_block_size),
         mamba_page_size_padded=None if padded is None else int(padded),
         mamba_cache_mode=str(cache.mamba_cache_mode),
-        attention=attention,  # type: ignore[arg-type]
-        mamba=mamba,  # type: ignore[arg-type]
+        attention=attention,
+        mamba=mamba,
     )
