@@ -169,11 +169,13 @@ class ServingConfig:
         args = [] if self.dtype == "auto" else [f"--dtype={self.dtype}"]
         if self.enable_mm_embeds:
             args.append("--enable-mm-embeds")
-        for name in ("limit_mm_per_prompt", "media_io_kwargs", "mm_processor_kwargs"):
-            if self.text(name):
-                args.append(f"--{name.replace('_', '-')}={self.text(name)}")
+        if self.text("limit_mm_per_prompt"):
+            args.append(f"--limit-mm-per-prompt={self.text('limit_mm_per_prompt')}")
         if self.max_model_len is not None:
             args.append(f"--max-model-len={self.max_model_len}")
+        for name in ("media_io_kwargs", "mm_processor_kwargs"):
+            if self.text(name):
+                args.append(f"--{name.replace('_', '-')}={self.text(name)}")
         if self.mamba_ssm_cache_dtype != "auto":
             args.append(f"--mamba-ssm-cache-dtype={self.mamba_ssm_cache_dtype}")
         if self.kv_cache_dtype != "auto":
