@@ -270,14 +270,9 @@ class Served:
     request through the registry processor and the model runner's encoder step."""
 
     def __init__(self, folder: Path, options: Sequence[str] = ()) -> None:
-        import torch
-        from vllm.config import set_current_vllm_config
         from vllm.engine.arg_utils import EngineArgs
-        from vllm.model_executor.model_loader import get_model_loader
-        from vllm.model_executor.model_loader.utils import process_weights_after_loading
         from vllm.multimodal import MULTIMODAL_REGISTRY
         from vllm.utils.argparse_utils import FlexibleArgumentParser
-        from vllm.utils.torch_utils import set_default_torch_dtype
 
         _init_cpu_runtime()
         args = [f"--model={folder}", f"--tokenizer={folder}", "--trust-remote-code"]
@@ -285,13 +280,7 @@ class Served:
         parser = EngineArgs.add_cli_args(FlexibleArgumentParser())
         self.vllm_config = EngineArgs.from_cli_args(parser.parse_args(args)).create_engine_config()
         model_config = self.vllm_config.model_config
-        loader = get_model_loader(self.vllm_config.load_config)
-        with set_default_torch_dtype(model_config.dtype), torch.device("cpu"):
-            model = loader.create_model(vllm_config=self.vllm_config, model_config=model_config)
-        with set_current_vllm_config(self.vllm_config):
-            loader.load_weights(model, model_config)
-        with without_packed_cpu_kernels(), set_current_vllm_config(self.vllm_config):
-            process_weights_after_loading(model, model_config, torch.device("cpu"))
+        model = built_model(self.vllm_config)
         self.model = model.eval()
         self.dtype: Any = model_config.dtype  # the served dtype (--dtype)
         self.processor = MULTIMODAL_REGISTRY.create_processor(model_config)
@@ -345,6 +334,26 @@ class Served:
         return outputs
 
 
+def built_model(vllm_config: Any) -> Any:
+    """The model of ``vllm_config`` as vLLM's loader makes it: its constructor (default dtype
+    the served one, on the CPU), ``load_weights`` from the folder, post-load processing."""
+    import torch
+    from vllm.config import set_current_vllm_config
+    from vllm.model_executor.model_loader import get_model_loader
+    from vllm.model_executor.model_loader.utils import process_weights_after_loading
+    from vllm.utils.torch_utils import set_default_torch_dtype
+
+    model_config = vllm_config.model_config
+    loader = get_model_loader(vllm_config.load_config)
+    with set_default_torch_dtype(model_config.dtype), torch.device("cpu"):
+        model = loader.create_model(vllm_config=vllm_config, model_config=model_config)
+    with set_current_vllm_config(vllm_config):
+        loader.load_weights(model, model_config)
+    with without_packed_cpu_kernels(), set_current_vllm_config(vllm_config):
+        process_weights_after_loading(model, model_config, torch.device("cpu"))
+    return model
+
+
 class ServedWithLoRA:
     """The checkpoint folder's model as ``vllm serve FOLDER --enable-lora --max-loras 2
     --max-lora-rank R`` serves it, on the CPU: vLLM's constructor, loader and post-load
@@ -363,9 +372,6 @@ class ServedWithLoRA:
             set_current_vllm_config,
         )
         from vllm.lora.worker_manager import LRUCacheWorkerLoRAManager
-        from vllm.model_executor.model_loader import get_model_loader
-        from vllm.model_executor.model_loader.utils import process_weights_after_loading
-        from vllm.utils.torch_utils import set_default_torch_dtype
 
         _init_cpu_runtime()
         model_config = ModelConfig(
@@ -381,13 +387,7 @@ class ServedWithLoRA:
             load_config=LoadConfig(),
             lora_config=LoRAConfig(max_loras=max_loras, max_lora_rank=max_lora_rank),
         )
-        loader = get_model_loader(self.vllm_config.load_config)
-        with set_default_torch_dtype(model_config.dtype), torch.device("cpu"):
-            model = loader.create_model(vllm_config=self.vllm_config, model_config=model_config)
-        with set_current_vllm_config(self.vllm_config):
-            loader.load_weights(model, model_config)
-        with without_packed_cpu_kernels(), set_current_vllm_config(self.vllm_config):
-            process_weights_after_loading(model, model_config, torch.device("cpu"))
+        model = built_model(self.vllm_config)
         model.eval()
         with set_current_vllm_config(self.vllm_config):
             self.worker = LRUCacheWorkerLoRAManager(

@@ -41,7 +41,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     processor = engine.renderer.get_mm_processor()
     video = video_file(1.0)  # two frames and a one-second tone, in a Matroska file
     data: dict[str, object] = {"video": [(video.frames, video.metadata())] * 2}
-    kwargs = {"use_audio_in_video": True}
+    kwargs: dict[str, object] = {"use_audio_in_video": True}
 
     def wrong() -> str | None:
         t = np.arange(AUDIO_RATE) / AUDIO_RATE
@@ -65,11 +65,20 @@ def main(argv: Sequence[str] | None = None) -> int:
             traceback.print_exc()
             return None
         outputs = served.run(PROMPT, data, kwargs)  # the towers' embeddings, in prompt order
-        shapes = [tuple(o.shape) for o in outputs]
+        placed = sorted(
+            (placeholder.offset, modality)
+            for modality, placeholders in processed["mm_placeholders"].items()
+            for placeholder in placeholders
+        )
+        encoded = [
+            tuple(output.shape)
+            for (_, modality), output in zip(placed, outputs, strict=True)
+            if modality == "audio"
+        ]
         return (
             f"--limit-mm-per-prompt audio=0, yet {tracks} audio item(s) from video tracks were "
-            f"processed, admitted by InputProcessor.process_inputs and encoded (embeddings "
-            f"{shapes}, videos and tracks in prompt order); {plain}"
+            f"processed, admitted by InputProcessor.process_inputs and encoded by the audio "
+            f"tower (embeddings {encoded}); {plain}"
         )
 
     return reproduce_silent(wrong)
