@@ -75,7 +75,8 @@ class ProgressFile:
 
 def serving_of(item: pytest.Item) -> ServingConfig:
     """The serving configuration a check runs under: the :class:`ServingConfig` among its
-    parameters, else :data:`DEFAULT_SERVING`."""
+    parameters, else :data:`DEFAULT_SERVING` (unless the check records another as its
+    ``serving`` property)."""
     callspec = getattr(item, "callspec", None)
     params = callspec.params.values() if callspec is not None else ()
     found = [value for value in params if isinstance(value, ServingConfig)]
@@ -178,13 +179,15 @@ class ResultsRecorder:
             outcome=outcome.value,
             reason=reason,
             runs_on=self.runs_on.get(report.nodeid),
-            serving=self.serving.get(report.nodeid, DEFAULT_SERVING).name,
+            serving=DEFAULT_SERVING.name,
             duration_s=round(report.duration, 4),
         )
-        serving = self.serving.get(report.nodeid, DEFAULT_SERVING)
-        if serving != DEFAULT_SERVING:
-            result["serving_args"] = serving.cli_args()
         properties = dict(report.user_properties)
+        # A check that makes its configuration inside says so with record_property("serving").
+        serving = properties.get("serving")
+        if not isinstance(serving, ServingConfig):
+            serving = self.serving.get(report.nodeid, DEFAULT_SERVING)
+        result["serving"], result["serving_args"] = serving.name, serving.cli_args()
         if "actual_cause" in properties:  # the exception behind an expected failure
             result["actual_cause"] = str(properties["actual_cause"])
         if "reach" in properties:  # how a user reaches the known deviation

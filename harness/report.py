@@ -342,7 +342,9 @@ def _serving_section(targets: Sequence[dict[str, Any]]) -> list[str]:
         for t in targets:
             outcomes = t.get("by_serving", {}).get(name, {}).get("outcomes", {})
             cells.append(", ".join(f"{n} {o}" for o, n in sorted(outcomes.items())) or "—")
-        options = ("`" + " ".join(args) + "`" if args else "(default)").replace("|", "\\|")
+        options = ("`" + " ".join(args) + "`" if args else "(none: vLLM's defaults)").replace(
+            "|", "\\|"
+        )
         lines.append(f"| {name} | {options} | " + " | ".join(cells) + " |")
     return lines
 

@@ -54,7 +54,7 @@ class CheckResult(TypedDict):
     reason: str
     runs_on: str | None  # what the check reached (harness.targets.base.CHECK_PATHS)
     serving: str  # the serving configuration it ran under (harness.serving): its name
-    serving_args: NotRequired[list[str]]  # that configuration's options, when not the default
+    serving_args: NotRequired[list[str]]  # that configuration's vllm serve options
     duration_s: float
     actual_cause: NotRequired[str]  # the exception behind an expected failure
     reach: NotRequired[str]  # how a user reaches the known deviation

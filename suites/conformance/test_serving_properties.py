@@ -25,12 +25,15 @@ from hypothesis import strategies as st
 
 from harness.assertions import assert_refusal
 from harness.pytest_target import REQUEST_EXAMPLES
+from harness.serving import ServingConfig
 from harness.strategies import media_requests, serving_configs
 from suites.conformance.test_request_properties import placeholder_order
 from suites.conformance.test_requests import MODALITIES, _items_and_rows_agree
 
 pytestmark = pytest.mark.concern("requests")
 
+#: What the results record as this check's configuration: one per example, drawn.
+DRAWN = ServingConfig(label="drawn with each request (harness.strategies.serving_configs)")
 SETTINGS = settings(
     max_examples=REQUEST_EXAMPLES,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
@@ -39,7 +42,10 @@ SETTINGS = settings(
 
 @SETTINGS
 @given(data=st.data())
-def test_any_configuration_serves_or_refuses_a_request_naming_the_option(make_model, data):
+def test_any_configuration_serves_or_refuses_a_request_naming_the_option(
+    make_model, data, record_property
+):
+    record_property("serving", DRAWN)
     serving = data.draw(serving_configs(), label="serving")
     model = make_model(serving=serving)
     request = data.draw(media_requests(model.spec), label="request")

@@ -102,11 +102,14 @@ def limit_names(modality: str, limit: int) -> tuple[str, ...]:
 
 
 @pytest.mark.parametrize(("form", "modality"), LIMITED, ids=[f"{f}-{m}" for f, m in LIMITED])
-def test_items_over_the_limit_are_refused_before_the_towers(target, device, form, modality):
+def test_items_over_the_limit_are_refused_before_the_towers(
+    target, device, form, modality, record_property
+):
     catalogued = FORMS_BY_NAME[form]
     count = catalogued.request.expected_items(modality)
     assert count >= 1, f"{form} has no {modality} item"
     serving = ServingConfig(limit_mm_per_prompt={modality: count - 1})
+    record_property("serving", serving)
     model = target.model(catalogued.spec, device, serving)
     with refused_naming(*limit_names(modality, count - 1)):
         model.run_request(catalogued.request)
@@ -115,10 +118,11 @@ def test_items_over_the_limit_are_refused_before_the_towers(target, device, form
 
 @pytest.mark.self_consistency("the target served with the default configuration")
 @pytest.mark.parametrize(("form", "modality"), LIMITED, ids=[f"{f}-{m}" for f, m in LIMITED])
-def test_items_at_the_limit_are_served(target, device, form, modality):
+def test_items_at_the_limit_are_served(target, device, form, modality, record_property):
     catalogued = FORMS_BY_NAME[form]
     count = catalogued.request.expected_items(modality)
     serving = ServingConfig(limit_mm_per_prompt={modality: count})
+    record_property("serving", serving)
     served = target.model(catalogued.spec, device, serving).run_request(catalogued.request)
     default = target.model(catalogued.spec, device).run_request(catalogued.request)
     assert_same_result(served, default, f"--limit-mm-per-prompt {modality}={count}")
@@ -130,12 +134,15 @@ CONTEXT_FORMS = ["images-pil", "video-t1", "audios", "mixed"]
 
 
 @pytest.mark.parametrize("form", CONTEXT_FORMS)
-def test_a_prompt_longer_than_the_context_is_refused_before_the_towers(target, device, form):
+def test_a_prompt_longer_than_the_context_is_refused_before_the_towers(
+    target, device, form, record_property
+):
     catalogued = FORMS_BY_NAME[form]
     length = len(
         target.model(catalogued.spec, device).process_request(catalogued.request).prompt_token_ids
     )
     serving = ServingConfig(max_model_len=length - 1)
+    record_property("serving", serving)
     model = target.model(catalogued.spec, device, serving)
     with refused_naming("max_model_len", "max-model-len"):
         model.run_request(catalogued.request)
@@ -151,9 +158,12 @@ def ten_frames() -> Request:
 
 
 @pytest.mark.parametrize("num_frames", [2, 4])
-def test_video_files_are_loaded_with_the_frames_asked_for(target, device, num_frames):
+def test_video_files_are_loaded_with_the_frames_asked_for(
+    target, device, num_frames, record_property
+):
     spec = ModelSpec()
     serving = ServingConfig(media_io_kwargs={"video": {"num_frames": num_frames}})
+    record_property("serving", serving)
     request = ten_frames()
     result = target.model(spec, device, serving).run_request(request)
     rows_per_frame = (spec.image_size // spec.patch_size) ** 2 // 4
@@ -175,10 +185,13 @@ def test_video_files_are_loaded_with_the_frames_asked_for(target, device, num_fr
 
 
 @pytest.mark.parametrize("max_num_tiles", [1, 2])
-def test_the_tile_limit_follows_the_processor_options(target, device, max_num_tiles):
+def test_the_tile_limit_follows_the_processor_options(
+    target, device, max_num_tiles, record_property
+):
     catalogued = FORMS_BY_NAME["images-pil"]
     spec = catalogued.spec
     serving = ServingConfig(mm_processor_kwargs={"max_num_tiles": max_num_tiles})
+    record_property("serving", serving)
     result = target.model(spec, device, serving).run_request(catalogued.request)
     config = spec.vl_config()
     expected = [
@@ -191,9 +204,10 @@ def test_the_tile_limit_follows_the_processor_options(target, device, max_num_ti
     )
 
 
-def test_a_dynamic_patch_limit_is_followed_or_refused_naming_it(target, device):
+def test_a_dynamic_patch_limit_is_followed_or_refused_naming_it(target, device, record_property):
     catalogued = FORMS_BY_NAME["images-dynamic"]
     serving = ServingConfig(mm_processor_kwargs={"max_num_patches": 16})
+    record_property("serving", serving)
     try:
         result = target.model(catalogued.spec, device, serving).run_request(catalogued.request)
     except Exception as exc:  # refused: it must name the option it does not take

@@ -119,6 +119,7 @@ def test_results_json_records_target_and_outcomes(tmp_path):
             "reason": "",
             "runs_on": "real model",
             "serving": "default",
+            "serving_args": ["--enable-mm-embeds"],
             "duration_s": run.results["checks"][0]["duration_s"],
         }
     ]
