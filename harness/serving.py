@@ -97,23 +97,29 @@ class ServingConfig:
                 f"{self.kv_cache_dtype!r}"
             )
         if self.max_model_len is not None and (
-            not isinstance(self.max_model_len, int) or self.max_model_len < 1
+            not _is_count(self.max_model_len) or self.max_model_len < 1
         ):
             raise ValueError(
                 "ServingConfig.max_model_len: expected a positive int or None, got "
                 f"{self.max_model_len!r}"
             )
-        if not isinstance(self.tensor_parallel_size, int) or self.tensor_parallel_size < 1:
+        if not _is_count(self.tensor_parallel_size) or self.tensor_parallel_size < 1:
             raise ValueError(
                 "ServingConfig.tensor_parallel_size: expected a positive int, got "
                 f"{self.tensor_parallel_size!r}"
             )
         for name in ("limit_mm_per_prompt", "media_io_kwargs", "mm_processor_kwargs"):
             value = getattr(self, name)
-            if not isinstance(value, str):  # given as a mapping: keep its canonical JSON
-                object.__setattr__(self, name, _frozen(value, name))
+            if isinstance(value, str) and value:  # given as JSON: made canonical the same way
+                try:
+                    value = json.loads(value)
+                except json.JSONDecodeError as e:
+                    raise ValueError(
+                        f"ServingConfig.{name}: expected a JSON object, got {value!r}: {e}"
+                    ) from None
+            object.__setattr__(self, name, _frozen(value or None, name))
         for modality, limit in self.limits().items():
-            if modality not in LIMITED_MODALITIES or not isinstance(limit, int) or limit < 0:
+            if modality not in LIMITED_MODALITIES or not _is_count(limit) or limit < 0:
                 raise ValueError(
                     "ServingConfig.limit_mm_per_prompt: expected counts >= 0 of "
                     f"{list(LIMITED_MODALITIES)}, got {modality!r}: {limit!r}"
@@ -204,6 +210,10 @@ class ServingConfig:
         if not self.enable_mm_embeds:
             changed.insert(0, "(no --enable-mm-embeds)")
         return " ".join(changed) or "default"
+
+
+def _is_count(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _loaded(text: str) -> dict[str, Any]:

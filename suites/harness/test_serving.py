@@ -29,11 +29,13 @@ EVERY_OPTION = ServingConfig(
         ({"mamba_ssm_cache_dtype": "int8"}, "ServingConfig.mamba_ssm_cache_dtype: expected"),
         ({"kv_cache_dtype": "fp4"}, "ServingConfig.kv_cache_dtype: expected"),
         ({"max_model_len": 0}, "ServingConfig.max_model_len: expected a positive int"),
+        ({"max_model_len": True}, "ServingConfig.max_model_len: expected a positive int"),
         ({"tensor_parallel_size": 0}, "ServingConfig.tensor_parallel_size: expected a positive"),
         ({"limit_mm_per_prompt": {"image": -1}}, "ServingConfig.limit_mm_per_prompt: expected"),
         ({"limit_mm_per_prompt": {"text": 1}}, "got 'text': 1"),
         ({"mm_processor_kwargs": {"x": object()}}, "ServingConfig.mm_processor_kwargs: expected"),
         ({"media_io_kwargs": [1]}, "ServingConfig.media_io_kwargs: expected a mapping, got list"),
+        ({"media_io_kwargs": "{video"}, "ServingConfig.media_io_kwargs: expected a JSON object"),
     ],
 )
 def test_a_bad_option_is_refused_naming_it(fields, named):
@@ -67,6 +69,7 @@ def test_names_say_what_changed():
 def test_a_mapping_and_its_json_are_one_configuration():
     given = ServingConfig(limit_mm_per_prompt={"video": 2, "image": 1})
     assert given == ServingConfig(limit_mm_per_prompt='{"image": 1, "video": 2}')
+    assert given == ServingConfig(limit_mm_per_prompt='{"video": 2,  "image": 1}')
     assert hash(given) == hash(ServingConfig(limit_mm_per_prompt='{"image": 1, "video": 2}'))
     assert given.limits() == {"image": 1, "video": 2}
 
