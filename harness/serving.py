@@ -63,9 +63,10 @@ class ServingConfig:
     """The options of one ``vllm serve FOLDER ...`` command that change this model's path.
 
     Each field is the option of the same name (``max_model_len`` is ``--max-model-len``);
-    ``None`` or the default leaves vLLM's default in place. The mapping options are given as
-    mappings and kept as canonical JSON, so a configuration is hashable and a key of the
-    models a target builds.
+    ``None`` or the default leaves vLLM's default in place, except ``enable_mm_embeds``: on by
+    default here (every check before configurations were an axis ran with it), off in vLLM.
+    The mapping options are given as mappings and kept as canonical JSON, so a configuration
+    is hashable and a key of the models a target builds.
     """
 
     dtype: Dtype = "auto"

@@ -1,6 +1,7 @@
 """A user's request through the reference: the engine's refusals a serving configuration sets
-(:func:`admit`, and the context), its processor, then ``embed_multimodal`` once per modality
-(the reference has no batching of its own to model)."""
+(:func:`admit`), its processor, the engine's admission of the prompt (:func:`admit_prompt`, the
+context; for a run, as vLLM's engine admits a request after its processor), then
+``embed_multimodal`` once per modality (the reference has no batching of its own to model)."""
 
 from __future__ import annotations
 
@@ -122,14 +123,20 @@ def _processed(
         raise ConfigError("audios", f"audio at {sampling_rate} Hz", f"{AUDIO_SAMPLE_RATE} Hz")
     # The engine's audio decode cap, read at each request as vLLM reads it at each decode.
     config = dataclasses.replace(model.config, max_audio_duration_s=audio_decode_cap_s())
-    processed = process(NanoNemotronVLProcessor(config, model.tokenizer), request)
-    if len(processed.input_ids) > config.max_model_len:
+    return process(NanoNemotronVLProcessor(config, model.tokenizer), request)
+
+
+def admit_prompt(model: NanoNemotronVLModel, processed: ProcessorOutput) -> None:
+    """The engine's admission of a processed prompt: it and at least one generated token must
+    fit the context (``--max-model-len``)."""
+    context = model.config.max_model_len
+    if len(processed.input_ids) >= context:
         raise ConfigError(
             "max_model_len",
-            f"a processed prompt of at most {config.max_model_len} tokens (--max-model-len)",
+            f"a processed prompt of at most {context - 1} tokens, leaving one for the output "
+            "(--max-model-len)",
             len(processed.input_ids),
         )
-    return processed
 
 
 def _items(processed: ProcessorOutput) -> list[RequestItem]:
@@ -156,6 +163,7 @@ def run(
 ) -> RequestResult:
     """The request through the reference processor and model."""
     processed = _processed(model, request, serving)
+    admit_prompt(model, processed)
     dtype = next(model.connector.parameters()).dtype
     embedded: dict[tuple[str, int], torch.Tensor] = {}
     batches: list[Batch] = []
