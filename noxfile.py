@@ -81,9 +81,10 @@ def pytest(session: nox.Session, *args: str, env: dict[str, str] | None = None) 
     )
 
 
-def python_module(session: nox.Session, module: str) -> None:
-    """``python -m MODULE POSARGS`` in the shared environment, on CPU."""
-    session.run(shared_python(session), "-m", module, *session.posargs, env=CPU_ENV, external=True)
+def command(session: nox.Session, name: str, *args: str) -> None:
+    """The console script ``NAME ARGS POSARGS`` of the shared environment, on CPU."""
+    script = str(Path(shared_python(session)).parent / name)
+    session.run(script, *args, *session.posargs, env=CPU_ENV, external=True)
 
 
 @nox.session(venv_backend="none")
@@ -109,10 +110,10 @@ def tests(session: nox.Session) -> None:
 def conformance(session: nox.Session) -> None:
     """The main job: every available target into reports/conformance.{md,json}.
 
-    Arguments after `--` go to `python -m harness.conformance`, e.g.
+    Arguments after `--` go to `nemotron-vl-conformance`, e.g.
     `nox -s conformance -- --target vllm-file:/path/to/nano_nemotron_vl.py`.
     """
-    python_module(session, "harness.conformance")
+    command(session, "nemotron-vl-conformance")
 
 
 @nox.session(reuse_venv=True)
@@ -130,7 +131,7 @@ def lint_survey(session: nox.Session) -> None:
     """no-tensor-truthiness over the installed vllm, torch, transformers and the standard
     library (crash-free counts), the reviewed vLLM model findings and the speed against ruff:
     reports/lint-survey.{md,json}."""
-    python_module(session, "harness.lint.survey")
+    command(session, "no-tensor-truthiness-survey")
 
 
 @nox.session(venv_backend="none")
@@ -160,9 +161,9 @@ def mutants(session: nox.Session) -> None:
     """The kill matrix: every regression-corpus mutant (fixtures/corpus.toml) against the
     conformance suites, baselines first: reports/mutants.{md,json}.
 
-    Arguments after `--` go to `python -m harness.mutation.matrix`, e.g. `-- --only NAME`.
+    Arguments after `--` go to `nemotron-vl-kill-matrix`, e.g. `-- --only NAME`.
     """
-    python_module(session, "harness.mutation.matrix")
+    command(session, "nemotron-vl-kill-matrix")
 
 
 @nox.session(venv_backend="none")
@@ -171,9 +172,9 @@ def mutation(session: nox.Session) -> None:
     suites cover, each against its covering suites: reports/mutation.{md,json}. Outside CI
     (about an hour on 2 cores); resumable: a second run skips the mutants already run.
 
-    Arguments after `--` go to `python -m harness.mutation.score`, e.g. `-- --fresh`.
+    Arguments after `--` go to `nemotron-vl-mutation-score`, e.g. `-- --fresh`.
     """
-    python_module(session, "harness.mutation.score")
+    command(session, "nemotron-vl-mutation-score")
 
 
 @nox.session(venv_backend="none")
@@ -196,9 +197,7 @@ def bench(session: nox.Session) -> None:
         "--benchmark-columns=median,min,max",
     )
     session.run(
-        shared_python(session),
-        "-m",
-        "harness.bench_report",
+        str(Path(shared_python(session)).parent / "nemotron-vl-bench-report"),
         str(out / "lm.json"),
         str(out / "lm.md"),
         env=CPU_ENV,

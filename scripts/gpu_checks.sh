@@ -3,7 +3,7 @@
 # and pytest but maybe no vLLM, no nox and no network. Writes JUnit XML, the numbers and a summary
 # to ${OUT:-reports/gpu}.
 #
-# Carries, in ${GPU_BUNDLE:-.gpu-bundle} (made beforehand by `python -m harness.gpu_bundle`),
+# Carries, in ${GPU_BUNDLE:-.gpu-bundle} (made beforehand by `python -m harness.gpu.bundle`),
 # vLLM's sources: its Mamba kernel files, and its whole Python package without compiled parts.
 # The package route is tried first (does vLLM import here, on CUDA?); when it is refused, the
 # checks load the kernel files alone (harness/vllm_kernels.py). Steps, most important first:
@@ -11,7 +11,7 @@
 #   kernels        vLLM's kernels against the reference at the small and both preset widths
 #   reference-gpu  the rest of suites/gpu: the reference at real widths in bf16, the reference
 #                  LM and towers on CUDA
-#   throughput     python -m harness.gpu_throughput (throughput.json)
+#   throughput     python -m harness.gpu.throughput (throughput.json)
 #   conformance    the conformance suites on the reference target with tensors on CUDA
 # Each step has a time limit (290 s in all); a step that runs out is recorded as exit 124.
 set -uo pipefail
@@ -61,7 +61,7 @@ if [ -f "$bundle/vllm-src.tar.gz" ]; then
 fi
 # The route probe runs with vLLM's package importable; the checks keep it only if it served.
 step kernel-route 20 env PYTHONPATH="${package_path}${PYTHONPATH:+:$PYTHONPATH}" \
-    python -m harness.vllm_kernels --out "$out/kernel-route.json"
+    python -m harness.gpu.kernels --out "$out/kernel-route.json"
 if [ -n "$package_path" ] && grep -q '"route": "vllm package"' "$out/kernel-route.json" 2>/dev/null; then
     export PYTHONPATH="${package_path}${PYTHONPATH:+:$PYTHONPATH}"
 fi
@@ -70,8 +70,8 @@ step kernels 100 python -m pytest suites/gpu/test_vllm_mamba_kernels.py --device
     -p no:cacheprovider -q -rA --junitxml="$out/junit-kernels.xml"
 step reference-gpu 90 python -m pytest suites/gpu --device cuda -p no:cacheprovider -q -rA \
     --ignore=suites/gpu/test_vllm_mamba_kernels.py --junitxml="$out/junit-gpu.xml"
-step throughput 40 python -m harness.gpu_throughput --out "$out/throughput.json"
+step throughput 40 python -m harness.gpu.throughput --out "$out/throughput.json"
 step conformance 40 python -m pytest suites/conformance --target reference --device cuda \
     -p no:cacheprovider -q --junitxml="$out/junit-conformance-cuda.xml" \
     --results-json="$out/results-reference-cuda.json"
-python -m harness.gpu_summary "$out"
+python -m harness.gpu.summary "$out"

@@ -1,2 +1,14 @@
-"""Mutation testing of vLLM's model code: first-order mutants, the corpus, the runner and
-the reports."""
+"""Mutation testing of vLLM's model code.
+
+- ``file_mutants``: the corpus's hand-written faults (regressions put back into a copy of a
+  model file; ``nemotron-vl-file-mutant NAME DIR`` writes one);
+- ``ast_mutants``: first-order mutants generated from the installed files;
+- ``corpus``: the regression corpus (``fixtures/corpus.toml``) and the checks each mutant must
+  fail;
+- ``runner``: suite runs against mutated files, in forked processes;
+- ``matrix``: the kill matrix of the corpus (``nemotron-vl-kill-matrix``);
+- ``score``: the mutation score (``nemotron-vl-mutation-score``).
+
+May import: ``jobs`` (results), ``checkpoints`` (the folder cache), ``model_files``; the runner
+loads targets in its forked children.
+"""

@@ -7,7 +7,7 @@ whether the record's pinned checks are among them, and the mutant's wall time. T
 ``vllm`` and ``reference`` targets run first: the baseline must be green (no failure, no
 unexpected pass), or a kill proves nothing.
 
-    python -m harness.mutation.matrix [--out reports/mutants] [--parallel N] [--only NAME ...]
+    nemotron-vl-kill-matrix [--out reports/mutants] [--parallel N] [--only NAME ...]
 
 Writes ``mutants.json`` and ``mutants.md``; exits 0 when the baseline is green and every corpus
 mutant that can show on CPU is killed, 1 otherwise, 2 when it could not run.
@@ -27,11 +27,11 @@ from pathlib import Path
 from typing import Any
 
 from harness import ROOT
+from harness.checkpoints.cache import shared_folders
+from harness.jobs.results import replace_text
 from harness.mutation.corpus import CorpusError, CorpusMutant, Record, load_corpus
+from harness.mutation.file_mutants import MutationError, write_mutant
 from harness.mutation.runner import SuiteJob, SuiteRun, preload, run_many
-from harness.results import replace_text
-from harness.shared_checkpoints import shared_folders
-from harness.targets.mutants import MutationError, write_mutant
 
 SUITES = ("suites/conformance",)
 DEFAULT_OUT = ROOT / "reports" / "mutants"

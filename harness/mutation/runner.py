@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness import ROOT
-from harness.results import CheckResult, ResultsError, TargetResults, read_results
+from harness.jobs.results import CheckResult, ResultsError, TargetResults, read_results
 
 #: Seconds one run (a whole selection) may take: the slowest mutant's selection takes about a
 #: minute on a 2-core machine; a mutant that loops must not stall the matrix.
@@ -133,7 +133,7 @@ def _child(job: SuiteJob) -> None:
         import pytest
         import torch
 
-        from harness.checkpoint import write_new_folders_under
+        from harness.checkpoints.cache import write_new_folders_under
 
         torch.set_num_threads(1)
         # os._exit skips exit handlers: the child's checkpoint folders go where it removes them.

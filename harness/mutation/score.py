@@ -15,8 +15,8 @@ a run on a GPU could show it); one not classified there is listed as such.
 
 The score is killed / (run - equivalent), with a 95% Wilson interval for the sampling error.
 
-    python -m harness.mutation.score [--sample 300] [--seed 0] [--parallel 2] [--fresh]
-    python -m harness.mutation.score --recheck      # the survivors against every suite
+    nemotron-vl-mutation-score [--sample 300] [--seed 0] [--parallel 2] [--fresh]
+    nemotron-vl-mutation-score --recheck      # the survivors against every suite
 
 Resumable: each finished mutant is appended to ``reports/mutation-runs.jsonl``; a later run skips
 those (same sample and seed) unless ``--fresh``. Writes ``reports/mutation.{md,json}``.
@@ -38,10 +38,10 @@ from pathlib import Path
 from typing import Any
 
 from harness import ROOT
+from harness.checkpoints.cache import shared_folders
+from harness.jobs.results import replace_text
 from harness.mutation.ast_mutants import COVERED, AstMutant, candidates, sample, write_mutant_file
 from harness.mutation.runner import SuiteJob, SuiteRun, preload, run_many
-from harness.results import replace_text
-from harness.shared_checkpoints import shared_folders
 
 REPORT = ROOT / "reports" / "mutation"
 RUNS_FILE = ROOT / "reports" / "mutation-runs.jsonl"

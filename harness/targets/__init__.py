@@ -1,18 +1,24 @@
 """The implementations under test. One ``--target`` value picks one.
 
+``base`` holds the interface every target implements (its named methods, the template methods
+that measure every target the same way, and the categories of a check's outcome);
+``reference`` and ``vllm`` the targets, one subpackage each.
+
 - ``reference``: our wrapper in ``reference_impl/``.
 - ``vllm``: the installed vLLM's ``NemotronH_Nano_VL_V2``.
 - ``vllm-file:PATH[,PATH...]``: model files from any vLLM revision or pull request, loaded in place
   of the installed modules.
 - ``reference-mutant:NAME``: the reference with one upstream bug class put back (the harness's
   own tests use it to prove the suites catch each class).
+
+May import: ``inputs``, ``checkpoints``, ``environment``, ``model_files``.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from harness.checkpoint import ModelSpec
+from harness.checkpoints.spec import ModelSpec
 from harness.targets.base import (
     EncoderCalls,
     MultimodalModel,
@@ -39,7 +45,7 @@ def resolve_target(value: str) -> Target:
 
         return VllmTarget()
     if value.startswith("reference-mutant:"):
-        from harness.targets.reference_mutants import ReferenceMutantTarget
+        from harness.targets.reference.mutant import ReferenceMutantTarget
 
         return ReferenceMutantTarget(value.removeprefix("reference-mutant:"))
     if value.startswith("vllm-file:"):

@@ -1,8 +1,8 @@
 """The Target interface: what the suites may ask of an implementation under test.
 
 A *target* builds its implementation the way a user gets it: from a tiny checkpoint folder
-(:mod:`harness.checkpoint`), through its own constructor and weight loader, real towers included
-(:meth:`Target.model`). Suites reach a target only through small named methods, one concern
+(:mod:`harness.checkpoints.writer`), through its own constructor and weight loader, real towers
+included (:meth:`Target.model`). Suites reach a target only through small named methods, one concern
 each (the model's multimodal path, weight loading, input contracts, state helpers, minimal
 configs, processor metadata and arithmetic, typing cases, LoRA metadata), so the same check runs
 against our reference, the installed vLLM, or a vLLM file from a pull request.
@@ -23,9 +23,9 @@ from pathlib import Path
 
 import torch
 
-from harness.checkpoint import ModelSpec
-from harness.requests import ItemFeatures, ProcessedRequest, Request, RequestResult
-from harness.serving import DEFAULT_SERVING, ServingConfig
+from harness.checkpoints.serving import DEFAULT_SERVING, ServingConfig
+from harness.checkpoints.spec import ModelSpec
+from harness.inputs.requests import ItemFeatures, ProcessedRequest, Request, RequestResult
 from reference_impl.config import NemotronHConfig
 
 #: How a check reaches its target, as the report shows it.
@@ -344,7 +344,8 @@ class MultimodalModel(abc.ABC):
         """The features the target's processor makes of each media item of ``request`` for its
         towers (in prompt order, embeddings given in the request apart), before the engine's
         cast to the model's dtype, so that a front-end difference is not lost in it: fp32
-        where the processor computes in fp32 (see :class:`~harness.requests.ItemFeatures`)."""
+        where the processor computes in fp32 (see
+        :class:`~harness.inputs.requests.ItemFeatures`)."""
 
     @abc.abstractmethod
     def connect(self, features: torch.Tensor, grid: tuple[int, int]) -> torch.Tensor:

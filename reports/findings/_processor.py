@@ -7,13 +7,13 @@ A reproduction runs against folders given on its command line, with vLLM alone (
 numpy, PIL, PyAV, safetensors: no module of this repository is imported). One command of the
 harness writes them, from the repository root::
 
-    python -m harness.checkpoint /tmp/nnvl-tiny
+    nemotron-vl-checkpoint /tmp/nnvl-tiny
     VLLM_TARGET_DEVICE=cpu python reports/findings/request_image_embeds.py /tmp/nnvl-tiny
 
 A finding that needs another folder (dynamic resolution, a shorter context, fp32 weights, LoRA
 adapters) says so in its docstring and its issue text; run with ``--help`` or a wrong folder, a
 script prints the exact writer command. Given no folder (``python reports/findings/X.py``, or
-``python -m harness.findings``, which calls each ``main()``), a script has the harness write the
+``nemotron-vl-findings``, which calls each ``main()``), a script has the harness write the
 folders it needs into a temporary folder first.
 
 A script prints ``REPRODUCED: <what is wrong>`` and exits 0 while vLLM has the bug, exits 1 once
@@ -62,7 +62,7 @@ class Folders:
     """The folders a reproduction runs against: a checkpoint folder (``dynamic``: dynamic
     resolution; ``max_model_len``: the context its config states; ``checkpoint_dtype``: the
     dtype its weights are saved in, its config's ``torch_dtype``) and LoRA adapter folders for
-    it, by the names ``python -m harness.checkpoint --adapter NAME DIR`` writes them under."""
+    it, by the names ``nemotron-vl-checkpoint --adapter NAME DIR`` writes them under."""
 
     dynamic: bool = False
     max_model_len: int = DEFAULT_MAX_MODEL_LEN
@@ -85,7 +85,7 @@ class Folders:
 
     def writer_command(self) -> str:
         """The command that writes these folders (from the repository root)."""
-        words = ["python -m harness.checkpoint", self.checkpoint_path]
+        words = ["nemotron-vl-checkpoint", self.checkpoint_path]
         if self.dynamic:
             words.append("--dynamic")
         if self.max_model_len != DEFAULT_MAX_MODEL_LEN:
@@ -158,7 +158,9 @@ class Folders:
 
     def _written_by_the_harness(self) -> tuple[Path, list[Path]]:
         sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-        from harness.checkpoint import ModelSpec, checkpoint_folder, write_adapter_folder
+        from harness.checkpoints.cache import checkpoint_folder
+        from harness.checkpoints.lora_adapters import write_adapter_folder
+        from harness.checkpoints.spec import ModelSpec
 
         spec = ModelSpec(
             dynamic_resolution=self.dynamic,

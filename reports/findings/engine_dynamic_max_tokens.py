@@ -9,7 +9,7 @@ encoder budget per image from this answer: 248 times too much.
 It needs a variant of the checkpoint folder (dynamic resolution). Run it with vLLM alone
 against the folders the harness writes (from the repository root)::
 
-    python -m harness.checkpoint /tmp/nnvl-tiny-dynamic --dynamic
+    nemotron-vl-checkpoint /tmp/nnvl-tiny-dynamic --dynamic
     python reports/findings/engine_dynamic_max_tokens.py /tmp/nnvl-tiny-dynamic
 """
 

@@ -7,7 +7,7 @@ runner). Expected: the answer from the config, no processor.
 Run it with vLLM alone against the checkpoint folder the harness writes (from the repository
 root)::
 
-    python -m harness.checkpoint /tmp/nnvl-tiny
+    nemotron-vl-checkpoint /tmp/nnvl-tiny
     python reports/findings/engine_max_tokens_constructs_processor.py /tmp/nnvl-tiny
 """
 

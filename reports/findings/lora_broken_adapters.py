@@ -16,7 +16,7 @@ Reproduced while all four stand; a fix of any prints which ones remain.
 It needs a variant of the checkpoint folder (LoRA adapter folders). Run it with vLLM alone
 against the folders the harness writes (from the repository root)::
 
-    python -m harness.checkpoint /tmp/nnvl-tiny \
+    nemotron-vl-checkpoint /tmp/nnvl-tiny \
         --adapter broken-rank-above-max /tmp/nnvl-lora/rank-above-max \
         --adapter broken-corrupt-file /tmp/nnvl-lora/corrupt-file \
         --adapter broken-missing-file /tmp/nnvl-lora/missing-file \

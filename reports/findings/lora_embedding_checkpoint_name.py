@@ -13,7 +13,7 @@ A PEFT adapter trained on the checkpoint names the embedding's factors
 It needs a variant of the checkpoint folder (a LoRA adapter folder). Run it with vLLM alone
 against the folders the harness writes (from the repository root)::
 
-    python -m harness.checkpoint /tmp/nnvl-tiny --adapter lm-embeddings /tmp/nnvl-lora/lm-embeddings
+    nemotron-vl-checkpoint /tmp/nnvl-tiny --adapter lm-embeddings /tmp/nnvl-lora/lm-embeddings
     python reports/findings/lora_embedding_checkpoint_name.py /tmp/nnvl-tiny \
         /tmp/nnvl-lora/lm-embeddings
 """

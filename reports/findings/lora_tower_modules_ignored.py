@@ -13,7 +13,7 @@ with a clear error naming it.)
 It needs a variant of the checkpoint folder (a LoRA adapter folder). Run it with vLLM alone
 against the folders the harness writes (from the repository root)::
 
-    python -m harness.checkpoint /tmp/nnvl-tiny --adapter towers-only /tmp/nnvl-lora/towers-only
+    nemotron-vl-checkpoint /tmp/nnvl-tiny --adapter towers-only /tmp/nnvl-lora/towers-only
     python reports/findings/lora_tower_modules_ignored.py /tmp/nnvl-tiny /tmp/nnvl-lora/towers-only
 """
 

@@ -10,7 +10,7 @@ becomes 4 s of audio: 50 placeholders instead of 25.
 Run it with vLLM alone against the checkpoint folder the harness writes (from the repository
 root)::
 
-    python -m harness.checkpoint /tmp/nnvl-tiny
+    nemotron-vl-checkpoint /tmp/nnvl-tiny
     python reports/findings/request_audio_in_video_22050_stereo.py /tmp/nnvl-tiny
 """
 

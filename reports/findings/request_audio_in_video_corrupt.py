@@ -10,7 +10,7 @@ asked for its track.
 Run it with vLLM alone against the checkpoint folder the harness writes (from the repository
 root)::
 
-    python -m harness.checkpoint /tmp/nnvl-tiny
+    nemotron-vl-checkpoint /tmp/nnvl-tiny
     python reports/findings/request_audio_in_video_corrupt.py /tmp/nnvl-tiny
 """
 

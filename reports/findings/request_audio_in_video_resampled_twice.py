@@ -13,7 +13,7 @@ the track's own by about 10 % (relative), beyond bf16's rounding (``test_parity.
 Run it with vLLM alone against the checkpoint folder the harness writes (from the repository
 root)::
 
-    python -m harness.checkpoint /tmp/nnvl-tiny
+    nemotron-vl-checkpoint /tmp/nnvl-tiny
     python reports/findings/request_audio_in_video_resampled_twice.py /tmp/nnvl-tiny
 """
 

@@ -10,7 +10,7 @@ the text leaves.
 It needs a variant of the checkpoint folder (dynamic resolution, a 256-token context). Run it
 with vLLM alone against the folders the harness writes (from the repository root)::
 
-    python -m harness.checkpoint /tmp/nnvl-tiny-dynamic-256 --dynamic --max-model-len 256
+    nemotron-vl-checkpoint /tmp/nnvl-tiny-dynamic-256 --dynamic --max-model-len 256
     python reports/findings/request_dynamic_budget.py /tmp/nnvl-tiny-dynamic-256
 """
 

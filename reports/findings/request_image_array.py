@@ -9,7 +9,7 @@ apply NanoNemotronVLProcessor``. The same image as a PIL image is processed.
 Run it with vLLM alone against the checkpoint folder the harness writes (from the repository
 root)::
 
-    python -m harness.checkpoint /tmp/nnvl-tiny
+    nemotron-vl-checkpoint /tmp/nnvl-tiny
     python reports/findings/request_image_array.py /tmp/nnvl-tiny
 """
 

@@ -9,7 +9,7 @@ both fail. Expected: each image's ``f`` rows fill ``<img>`` + ``f`` ``<image>`` 
 Run it with vLLM alone against the checkpoint folder the harness writes (from the repository
 root)::
 
-    python -m harness.checkpoint /tmp/nnvl-tiny
+    nemotron-vl-checkpoint /tmp/nnvl-tiny
     python reports/findings/request_image_embeds.py /tmp/nnvl-tiny
 """
 

@@ -6,7 +6,7 @@ expected. Expected: a ValueError saying images must be all media or all embeddin
 Run it with vLLM alone against the checkpoint folder the harness writes (from the repository
 root)::
 
-    python -m harness.checkpoint /tmp/nnvl-tiny
+    nemotron-vl-checkpoint /tmp/nnvl-tiny
     python reports/findings/request_mixed_image_forms.py /tmp/nnvl-tiny
 """
 

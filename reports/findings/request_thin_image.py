@@ -7,7 +7,7 @@ apply NanoNemotronVLProcessor``. Expected: at least one patch each way.
 It needs a variant of the checkpoint folder (dynamic resolution). Run it with vLLM alone
 against the folders the harness writes (from the repository root)::
 
-    python -m harness.checkpoint /tmp/nnvl-tiny-dynamic --dynamic
+    nemotron-vl-checkpoint /tmp/nnvl-tiny-dynamic --dynamic
     python reports/findings/request_thin_image.py /tmp/nnvl-tiny-dynamic
 """
 

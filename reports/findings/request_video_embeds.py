@@ -10,7 +10,7 @@ although the model itself routes ``video_embeds`` since vLLM PR #56398.
 Run it with vLLM alone against the checkpoint folder the harness writes (from the repository
 root)::
 
-    python -m harness.checkpoint /tmp/nnvl-tiny
+    nemotron-vl-checkpoint /tmp/nnvl-tiny
     python reports/findings/request_video_embeds.py /tmp/nnvl-tiny
 """
 

@@ -13,7 +13,7 @@ that allows none, while one plain audio item is refused.
 Run it with vLLM alone against the checkpoint folder the harness writes (from the repository
 root)::
 
-    python -m harness.checkpoint /tmp/nnvl-tiny
+    nemotron-vl-checkpoint /tmp/nnvl-tiny
     python reports/findings/serving_audio_limit_bypassed_by_video_tracks.py /tmp/nnvl-tiny
 """
 

@@ -16,7 +16,7 @@ Expected: the towers and the connector in the served dtype, every embedding in i
 Run it with vLLM alone against the checkpoint folder the harness writes (from the repository
 root)::
 
-    python -m harness.checkpoint /tmp/nnvl-tiny
+    nemotron-vl-checkpoint /tmp/nnvl-tiny
     python reports/findings/serving_dtype_towers_in_checkpoint_dtype.py /tmp/nnvl-tiny
 """
 

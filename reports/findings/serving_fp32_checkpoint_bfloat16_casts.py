@@ -14,7 +14,7 @@ but got: c10::BFloat16 != float`` in ``mlp1`` (images, videos) or in the sound p
 It needs a variant of the checkpoint folder (weights saved in float32). Run it with vLLM alone
 against the checkpoint folder the harness writes (from the repository root)::
 
-    python -m harness.checkpoint /tmp/nnvl-tiny-fp32 --checkpoint-dtype float32
+    nemotron-vl-checkpoint /tmp/nnvl-tiny-fp32 --checkpoint-dtype float32
     python reports/findings/serving_fp32_checkpoint_bfloat16_casts.py /tmp/nnvl-tiny-fp32
 """
 

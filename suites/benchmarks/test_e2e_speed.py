@@ -1,7 +1,7 @@
 """End-to-end speed of the tiny Omni preset: text + 2 images + 1 video + 1 audio -> 8 tokens.
 
 The target (under 10 s on CPU, model construction included) is checked by
-``harness.bench_report``, not asserted here.
+``harness.jobs.bench_report``, not asserted here.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Run with ``nox -s bench`` (writes ``reports/benchmarks/``); not part of the test run. Each case is
 a pytest-benchmark measurement; the targets (ratios between cases) are computed by
-``harness.bench_report`` from the saved JSON, never asserted on timings here.
+``harness.jobs.bench_report`` from the saved JSON, never asserted on timings here.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from harness.oracles import reference_from, transformers_nemotron_h
+from harness.oracles.transformers_models import reference_from, transformers_nemotron_h
 from reference_impl import presets
 from reference_impl.ssd import ssd_chunked, ssd_sequential
 

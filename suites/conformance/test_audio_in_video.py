@@ -23,17 +23,10 @@ import dataclasses
 
 import pytest
 
-from harness.assertions import assert_clear_error, raises_clear_error
-from harness.requests import (
-    FORMS_BY_NAME,
-    PLACEHOLDER,
-    REQUEST_FORMS,
-    Request,
-    track_seconds,
-    video_clip,
-    video_file,
-    video_file_with_audio,
-)
+from harness.inputs.catalogue import FORMS_BY_NAME, REQUEST_FORMS
+from harness.inputs.media import video_clip, video_file, video_file_with_audio
+from harness.inputs.requests import PLACEHOLDER, Request, track_seconds
+from harness.oracles.assertions import assert_clear_error, raises_clear_error
 from harness.targets.base import NeedsCuda, NotImplementedByTarget
 from reference_impl.tokenizer import AUDIO_START, shared_tokenizer
 from suites.conformance.test_media_limits import audio_placeholders

@@ -15,7 +15,7 @@ import gc
 
 import pytest
 
-from harness.checkpoint import ModelSpec
+from harness.checkpoints.spec import ModelSpec
 from reference_impl.tokenizer import build_tokenizer
 from suites.stress import THREADS, run_in_threads
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness.checkpoint import ModelSpec
+from harness.checkpoints.spec import ModelSpec
 from reference_impl import presets
 from reference_impl.tokenizer import VOCAB_SIZE
 

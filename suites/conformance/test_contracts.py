@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness.assertions import raises_clear_error
+from harness.oracles.assertions import raises_clear_error
 
 pytestmark = pytest.mark.concern("contracts")
 

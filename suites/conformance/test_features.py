@@ -5,7 +5,7 @@ For every request form with media, each item's processor outputs (``pixel_values
 ``pixel_values_flat_video``, ``input_audio_features`` and its ``feature_attention_mask``) are
 compared with the reference processor's in fp32 (before the engine's cast to the model's dtype;
 a processor that makes a feature in a narrower dtype itself is allowed that rounding on top),
-elementwise within :data:`harness.parity.FEATURE_BOUNDS`; masks exactly. A front-end bug
+elementwise within :data:`harness.oracles.parity.FEATURE_BOUNDS`; masks exactly. A front-end bug
 (window, mel filter bank, normalisation, padding mask, resize, pixel normalisation) shows here
 before a tower's rounding can hide it. The largest error per item goes into the report.
 """
@@ -15,14 +15,14 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness.parity import (
+from harness.inputs.catalogue import FORMS_BY_NAME, REQUEST_FORMS
+from harness.oracles.parity import (
     EXACT_FEATURE_KEYS,
     UNIT_ROUNDOFF,
     feature_allowance,
     feature_error,
     max_feature_error,
 )
-from harness.requests import FORMS_BY_NAME, REQUEST_FORMS
 
 pytestmark = pytest.mark.concern("requests")
 

@@ -1,10 +1,11 @@
 """LoRA adapters as users serve them, through the target's own LoRA machinery (vLLM PR #56231).
 
-The adapters are PEFT folders written for the checkpoint folder (:mod:`harness.lora_adapters`).
-Each target loads them with its own loader into its own LoRA layers (vLLM: the model runner's
-``LRUCacheWorkerLoRAManager`` on a model built with ``LoRAConfig``), and serves batches whose
-tokens map to different adapters and to none. Expected values come from the adapter files and
-the checkpoint's weights, never from the target, except where the towers must run as without
+The adapters are PEFT folders written for the checkpoint folder
+(:mod:`harness.checkpoints.lora_adapters`). Each target loads them with its own loader into its own
+LoRA layers (vLLM: the model runner's ``LRUCacheWorkerLoRAManager`` on a model built with
+``LoRAConfig``), and serves batches whose tokens map to different adapters and to none. Expected
+values come from the adapter files and the checkpoint's weights, never from the target, except where
+the towers must run as without
 LoRA (those two checks compare with the same target's model without LoRA, and say so):
 
 - an adapter is applied to exactly the language-model modules its file names;
@@ -36,10 +37,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harness import model_kwargs
-from harness.assertions import assert_clear_error
-from harness.checkpoint import ModelSpec, checkpoint_weights
-from harness.lora_adapters import (
+from harness.checkpoints.cache import checkpoint_weights
+from harness.checkpoints.lora_adapters import (
     ADAPTERS_BY_NAME,
     BROKEN_ADAPTERS,
     EMBEDDING_MODULE,
@@ -49,7 +48,10 @@ from harness.lora_adapters import (
     adapter_tensors,
     write_broken_adapter,
 )
-from harness.requests import FORMS_BY_NAME
+from harness.checkpoints.spec import ModelSpec
+from harness.inputs import model_kwargs
+from harness.inputs.catalogue import FORMS_BY_NAME
+from harness.oracles.assertions import assert_clear_error
 from harness.targets.base import LoRAOptions, LoRAServing
 
 pytestmark = pytest.mark.concern("lora")

@@ -24,14 +24,8 @@ import zlib
 
 import pytest
 
-from harness.requests import (
-    AUDIO_DECODE_CAP_ENV,
-    PLACEHOLDER,
-    ProcessedRequest,
-    Request,
-    video_file_with_audio,
-    video_file_without_audio,
-)
+from harness.inputs.media import video_file_with_audio, video_file_without_audio
+from harness.inputs.requests import AUDIO_DECODE_CAP_ENV, PLACEHOLDER, ProcessedRequest, Request
 from harness.targets.base import NeedsCuda, NotImplementedByTarget
 
 pytestmark = pytest.mark.concern("media")

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.checkpoint import ModelSpec
+from harness.checkpoints.spec import ModelSpec
 from reference_impl.tokenizer import build_tokenizer
 
 pytestmark = pytest.mark.concern("metadata")

@@ -9,8 +9,8 @@ computes in:
   and a video's separator rows (the token embedding of its frame-separator text; the folder's
   weights are bf16, so fp32 and bf16 look-ups agree exactly);
 - rows the towers compute (vision, audio): relative Frobenius error per item at most
-  :data:`harness.parity.FP32_BOUND` when the target returns fp32, :data:`~harness.parity.BF16_BOUND`
-  when it returns bf16.
+  :data:`harness.oracles.parity.FP32_BOUND` when the target returns fp32,
+  :data:`~harness.oracles.parity.BF16_BOUND` when it returns bf16.
   vLLM builds the folder in its ``torch_dtype`` (bf16) and casts three times on top: pixels to
   ``config.dtype`` in its processing context, the ViT features before the norm and pixel
   shuffle, and Parakeet's output before the projection. bf16 keeps 8 significant bits (unit
@@ -32,9 +32,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness.checkpoint import ModelSpec, checkpoint_weights
-from harness.parity import parity_bound, relative_error, table_rows
-from harness.requests import FORMS_BY_NAME, REQUEST_FORMS, Request, RequestResult
+from harness.checkpoints.cache import checkpoint_weights
+from harness.checkpoints.spec import ModelSpec
+from harness.inputs.catalogue import FORMS_BY_NAME, REQUEST_FORMS
+from harness.inputs.requests import Request, RequestResult
+from harness.oracles.parity import parity_bound, relative_error, table_rows
 from reference_impl.tokenizer import IMG_CONTEXT, shared_tokenizer
 from suites.conformance.test_requests import EMBEDDING_TABLE
 

@@ -12,8 +12,8 @@ import dataclasses
 import pytest
 import torch
 
-from harness import model_kwargs
-from harness.assertions import assert_same_tensors, raises_clear_error
+from harness.inputs import model_kwargs
+from harness.oracles.assertions import assert_same_tensors, raises_clear_error
 
 pytestmark = pytest.mark.concern("model")
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.checkpoint import ModelSpec
+from harness.checkpoints.spec import ModelSpec
 
 pytestmark = pytest.mark.concern("processor")
 

@@ -1,7 +1,7 @@
 """Properties of any request a user may send, within stated bounds, through the target's engine.
 
-Requests are drawn by :func:`harness.strategies.user_requests` within
-:data:`harness.strategies.REQUEST_BOUNDS` (images 1-4 of 8-2,048 px per side, videos of 1-16
+Requests are drawn by :func:`harness.inputs.strategies.user_requests` within
+:data:`harness.inputs.strategies.REQUEST_BOUNDS` (images 1-4 of 8-2,048 px per side, videos of 1-16
 frames, audio of 0.1-70 s, embeddings 1-5 items of 1-64 rows, placeholders in any order). For
 each: every item comes back once (nothing dropped), in the prompt's placeholder order, with as
 many embedding rows as positions its placeholder expanded to; given embeddings come back
@@ -18,10 +18,11 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from harness.assertions import raises_clear_error
-from harness.pytest_target import REQUEST_EXAMPLES
-from harness.requests import PLACEHOLDER, Request, embedding_rows
-from harness.strategies import REQUEST_BOUNDS, embedding_requests, media_requests
+from harness.inputs.media import embedding_rows
+from harness.inputs.requests import PLACEHOLDER, Request
+from harness.inputs.strategies import REQUEST_BOUNDS, embedding_requests, media_requests
+from harness.oracles.assertions import raises_clear_error
+from harness.plugin.hypothesis import REQUEST_EXAMPLES
 from suites.conformance.test_requests import (
     MODALITIES,
     _batches_are_well_formed,

@@ -1,8 +1,9 @@
 """Requests through the target's engine: processor, batching, the real model.
 
-A request (:mod:`harness.requests`) is what a user sends: prompt text and media or precomputed
-embeddings. The target runs it as its engine does (vLLM: the registry's processor and data parser,
-its processor cache, the msgpack boundary, ``group_and_batch_mm_kwargs``, ``embed_multimodal``).
+A request (:mod:`harness.inputs.requests`) is what a user sends: prompt text and media or
+precomputed embeddings. The target runs it as its engine does (vLLM: the registry's processor and
+data parser, its processor cache, the msgpack boundary, ``group_and_batch_mm_kwargs``,
+``embed_multimodal``).
 What every form must satisfy, whatever the implementation:
 
 - every item of the request comes back once, in prompt order, and its embedding has exactly as
@@ -29,18 +30,13 @@ import functools
 import pytest
 import torch
 
-from harness.assertions import raises_clear_error
-from harness.checkpoint import ModelSpec, checkpoint_weights
-from harness.parity import parity_bound, relative_error
-from harness.requests import (
-    FORMS_BY_NAME,
-    PLACEHOLDER,
-    REQUEST_FORMS,
-    Request,
-    audio_clip,
-    embedding_rows,
-    pil_image,
-)
+from harness.checkpoints.cache import checkpoint_weights
+from harness.checkpoints.spec import ModelSpec
+from harness.inputs.catalogue import FORMS_BY_NAME, REQUEST_FORMS
+from harness.inputs.media import audio_clip, embedding_rows, pil_image
+from harness.inputs.requests import PLACEHOLDER, Request
+from harness.oracles.assertions import raises_clear_error
+from harness.oracles.parity import parity_bound, relative_error
 from reference_impl.tokenizer import build_tokenizer, shared_tokenizer
 from suites.stress import THREADS, run_in_threads
 
@@ -181,8 +177,8 @@ def test_embeddings_are_merged_at_their_placeholders(request_runs, form):
 def test_items_embed_as_they_do_alone(request_runs, form):
     """Batching and mixing must not change an item's embedding: each item of the request, sent
     alone in a request of its own, embeds to the same rows, within the rounding its dtype allows
-    (:func:`harness.parity.parity_bound`: a batch of another shape may take other kernels, which
-    round differently in bf16; an item mixed with another's rows, or cut at the wrong place,
+    (:func:`harness.oracles.parity.parity_bound`: a batch of another shape may take other kernels,
+    which round differently in bf16; an item mixed with another's rows, or cut at the wrong place,
     moves by its own size)."""
     request = FORMS_BY_NAME[form].request
     result = request_runs.run(form)

@@ -13,8 +13,8 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from harness import model_kwargs, strategies
-from harness.assertions import (
+from harness.inputs import model_kwargs, strategies
+from harness.oracles.assertions import (
     assert_clear_error,
     assert_close_tensors,
     is_clear_error,

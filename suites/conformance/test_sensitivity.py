@@ -4,11 +4,11 @@ A parity check with bound ``b`` fails a bug only if the bug moves the rows by mo
 two inputs that differ in content give rows that differ by less than ``b``, a front end that
 threw the content away (a wrong window, a mel bank of zeros, an ignored mask) would pass parity;
 that happened to the audio path of the earlier checkpoint folders, whose biases swamped the
-signal in bf16 (``harness.parity``). Each path (:data:`harness.requests.CONTENT_PAIRS`, and the
-connector on its own) gets two inputs of the same shape and different content through the
-target's engine; the relative difference of their rows must be at least
-:data:`~harness.parity.MIN_SENSITIVITY_RATIO` times the path's parity bound on this target.
-The measured ratio goes into the report.
+signal in bf16 (``harness.oracles.parity``). Each path
+(:data:`harness.inputs.catalogue.CONTENT_PAIRS`, and the connector on its own) gets two inputs of
+the same shape and different content through the target's engine; the relative difference of their
+rows must be at least :data:`~harness.oracles.parity.MIN_SENSITIVITY_RATIO` times the path's parity
+bound on this target. The measured ratio goes into the report.
 """
 
 from __future__ import annotations
@@ -16,9 +16,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness.checkpoint import checkpoint_weights
-from harness.parity import MIN_SENSITIVITY_RATIO, parity_bound, relative_error, table_rows
-from harness.requests import CONTENT_PAIRS, PAIRS_BY_PATH, RequestResult
+from harness.checkpoints.cache import checkpoint_weights
+from harness.inputs.catalogue import CONTENT_PAIRS, PAIRS_BY_PATH
+from harness.inputs.requests import RequestResult
+from harness.oracles.parity import MIN_SENSITIVITY_RATIO, parity_bound, relative_error, table_rows
 from suites.conformance.test_requests import EMBEDDING_TABLE
 
 pytestmark = pytest.mark.concern("requests")

@@ -31,8 +31,8 @@ import math
 import pytest
 import torch
 
-from harness.checkpoint import ModelSpec
-from harness.serving import ServingConfig
+from harness.checkpoints.serving import ServingConfig
+from harness.checkpoints.spec import ModelSpec
 
 pytestmark = pytest.mark.concern("model")
 

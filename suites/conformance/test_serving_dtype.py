@@ -7,9 +7,9 @@ asked for (``auto``: the engine's choice, which vLLM documents: the saved dtype,
 checkpoint in the platform's preferred half precision), the towers, the connector and the
 embeddings run in it (the engine casts the processor's features to it), and the rows are the
 reference's (fp32, on the same folder; the oracle of test_parity, so the check does not run on
-the reference target) within the parity bound of that dtype (:func:`harness.parity.parity_bound`:
-16 unit roundoffs, 2^-8 for bf16, 2^-11 for fp16; 1e-4 for fp32). A video's separator rows are
-token embeddings, exact in the served dtype.
+the reference target) within the parity bound of that dtype
+(:func:`harness.oracles.parity.parity_bound`: 16 unit roundoffs, 2^-8 for bf16, 2^-11 for fp16; 1e-4
+for fp32). A video's separator rows are token embeddings, exact in the served dtype.
 
 The forms cover every path a dtype changes: static and dynamic tiles, video at T = 1 and 2, EVS,
 audio, and all of them in one request. The reference runs each form once per checkpoint dtype;
@@ -22,9 +22,9 @@ import dataclasses
 
 import pytest
 
-from harness.checkpoint import ModelSpec
-from harness.requests import FORMS_BY_NAME
-from harness.serving import ServingConfig
+from harness.checkpoints.serving import ServingConfig
+from harness.checkpoints.spec import ModelSpec
+from harness.inputs.catalogue import FORMS_BY_NAME
 from suites.conformance.test_parity import compare_with_reference
 
 pytestmark = pytest.mark.concern("requests")
@@ -40,7 +40,7 @@ DTYPE_CASES = [
     ("float32", ServingConfig(dtype="float16")),
     ("float32", ServingConfig(dtype="float32")),
 ]
-#: One form per path a dtype changes (harness.requests.REQUEST_FORMS). Embeddings given in a
+#: One form per path a dtype changes (harness.inputs.catalogue.REQUEST_FORMS). Embeddings given in a
 #: request pass no tower; their bit-exactness is test_parity's (in the default configuration).
 FORMS = (
     "images-pil",

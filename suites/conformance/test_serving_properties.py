@@ -2,9 +2,10 @@
 with, a media request is either served whole or refused with an error naming the option it
 broke.
 
-The configuration is drawn by :func:`harness.strategies.serving_configs` (the context, item
+The configuration is drawn by :func:`harness.inputs.strategies.serving_configs` (the context, item
 limits per modality, the processor's tile limit, embeddings accepted or not); the request by
-:func:`harness.strategies.media_requests` within :data:`harness.strategies.REQUEST_BOUNDS`. For
+:func:`harness.inputs.strategies.media_requests` within
+:data:`harness.inputs.strategies.REQUEST_BOUNDS`. For
 each pair:
 
 - more items of a modality than its limit: refused, naming the limit, before the towers;
@@ -23,17 +24,17 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from harness.assertions import assert_refusal
-from harness.pytest_target import REQUEST_EXAMPLES
-from harness.serving import ServingConfig
-from harness.strategies import media_requests, serving_configs
+from harness.checkpoints.serving import ServingConfig
+from harness.inputs.strategies import media_requests, serving_configs
+from harness.oracles.assertions import assert_refusal
+from harness.plugin.hypothesis import REQUEST_EXAMPLES
 from suites.conformance.test_request_properties import placeholder_order
 from suites.conformance.test_requests import MODALITIES, _items_and_rows_agree
 
 pytestmark = pytest.mark.concern("requests")
 
 #: What the results record as this check's configuration: one per example, drawn.
-DRAWN = ServingConfig(label="drawn with each request (harness.strategies.serving_configs)")
+DRAWN = ServingConfig(label="drawn with each request (harness.inputs.strategies.serving_configs)")
 SETTINGS = settings(
     max_examples=REQUEST_EXAMPLES,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],

@@ -27,10 +27,12 @@ import functools
 import pytest
 import torch
 
-from harness.assertions import assert_refusal, refused_naming
-from harness.checkpoint import ModelSpec
-from harness.requests import FORMS_BY_NAME, Request, video_file
-from harness.serving import ServingConfig
+from harness.checkpoints.serving import ServingConfig
+from harness.checkpoints.spec import ModelSpec
+from harness.inputs.catalogue import FORMS_BY_NAME
+from harness.inputs.media import video_file
+from harness.inputs.requests import Request
+from harness.oracles.assertions import assert_refusal, refused_naming
 from harness.targets.reference.target import ReferenceTarget
 from reference_impl.processor import num_static_tiles
 from reference_impl.tokenizer import IMG_CONTEXT, shared_tokenizer

@@ -58,8 +58,9 @@ from dataclasses import dataclass
 import pytest
 import torch
 
-from harness.checkpoint import ModelSpec, checkpoint_folder, checkpoint_weights
-from harness.serving import ServingConfig
+from harness.checkpoints.cache import checkpoint_folder, checkpoint_weights
+from harness.checkpoints.serving import ServingConfig
+from harness.checkpoints.spec import ModelSpec
 from reference_impl.radio import RADIO_SIZES
 
 pytestmark = pytest.mark.concern("weights")

@@ -27,9 +27,11 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from harness.assertions import raises_clear_error
-from harness.checkpoint import checkpoint_weights
-from harness.requests import FORMS_BY_NAME, REQUEST_FORMS, Request, VideoClip, video_clip
+from harness.checkpoints.cache import checkpoint_weights
+from harness.inputs.catalogue import FORMS_BY_NAME, REQUEST_FORMS
+from harness.inputs.media import video_clip
+from harness.inputs.requests import Request, VideoClip
+from harness.oracles.assertions import raises_clear_error
 from reference_impl.tokenizer import IMG_CONTEXT, IMG_END, IMG_START, shared_tokenizer
 from suites.conformance.test_request_properties import REQUEST_SETTINGS
 from suites.conformance.test_requests import EMBEDDING_TABLE

@@ -32,9 +32,10 @@ import re
 import pytest
 import torch
 
-from harness.assertions import raises_clear_error
-from harness.checkpoint import ModelSpec, checkpoint_folder, checkpoint_weights
-from harness.weight_streams import renamed, reusing_buffers
+from harness.checkpoints.cache import checkpoint_folder, checkpoint_weights
+from harness.checkpoints.spec import ModelSpec
+from harness.checkpoints.weight_streams import renamed, reusing_buffers
+from harness.oracles.assertions import raises_clear_error
 
 pytestmark = pytest.mark.concern("weights")
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness import model_kwargs
-from harness.assertions import assert_same_tensors
-from harness.checkpoint import ModelSpec
+from harness.checkpoints.spec import ModelSpec
+from harness.inputs import model_kwargs
+from harness.oracles.assertions import assert_same_tensors
 from harness.targets.reference import ReferenceTarget
 
 pytestmark = pytest.mark.gpu

@@ -1,7 +1,7 @@
 """The reference's layers at the published widths in bf16 on CUDA against fp32 on the CPU (run:
 ``pytest -m gpu --device cuda``).
 
-One block of each kind of each preset (:func:`harness.real_widths.layer_cases`: 12B v2 mamba,
+One block of each kind of each preset (:func:`harness.gpu.real_widths.layer_cases`: 12B v2 mamba,
 attention, MLP; Omni mamba, MoE, attention), same weights on both sides. Prefill: 2 sequences of
 :data:`PREFILL` tokens (two SSD chunks); then, for the layers with state, one decode step from
 the cache the prefill filled. Compared: the mixer's output ``mixer(norm(x))`` (the residual would
@@ -28,7 +28,7 @@ import copy
 import pytest
 import torch
 
-from harness.real_widths import STATEFUL, LayerCase, build_block, hidden_states, layer_cases
+from harness.gpu.real_widths import STATEFUL, LayerCase, build_block, hidden_states, layer_cases
 from reference_impl.nemotron_h import Block, MoE
 
 pytestmark = pytest.mark.gpu

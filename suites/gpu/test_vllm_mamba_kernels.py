@@ -1,9 +1,9 @@
 """vLLM's Mamba2 Triton kernels against the reference (run on CUDA: ``pytest -m gpu --device
-cuda``; on the CPU the small widths run in Triton's interpreter, see :mod:`harness.vllm_kernels`).
+cuda``; on the CPU the small widths run in Triton's interpreter, see :mod:`harness.gpu.kernels`).
 
 Each kernel is called as vLLM's ``MambaMixer2`` calls it, with the launch metadata its Mamba2
-metadata builder makes (:func:`~harness.vllm_kernels.chunk_layout`,
-:func:`~harness.vllm_kernels.conv_programs`), on a batch that holds every case serving meets: a
+metadata builder makes (:func:`~harness.gpu.kernels.chunk_layout`,
+:func:`~harness.gpu.kernels.conv_programs`), on a batch that holds every case serving meets: a
 one-token prompt, prompts over several chunks, prompts resumed mid-chunk from a cached state
 (ragged chunk starts) and on a chunk boundary, and state-cache slots out of order with the null
 block (slot ``NULL_BLOCK_ID``, skipped) among them. The oracle is the reference in fp64 on the
@@ -39,14 +39,14 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from harness.real_widths import text_config
-from harness.vllm_kernels import (
+from harness.gpu.kernels import (
     Kernels,
     chunk_layout,
     conv_programs,
     installed_ops_folder,
     load,
 )
+from harness.gpu.real_widths import text_config
 from reference_impl.config import NemotronHConfig
 from reference_impl.layers import causal_conv1d
 from reference_impl.ssd import ssd_chunked, ssd_sequential
@@ -139,7 +139,7 @@ def kernels(device: torch.device) -> Kernels:
     if installed_ops_folder() is None and "VLLM_KERNELS_SOURCE" not in os.environ:
         pytest.skip(
             "vLLM's kernels: no vLLM installed and VLLM_KERNELS_SOURCE not set "
-            "(python -m harness.gpu_bundle makes a copy to carry)"
+            "(nemotron-vl-gpu-bundle makes a copy to carry)"
         )
     loaded = load(interpret=device.type == "cpu")
     print(loaded.describe())

@@ -13,8 +13,8 @@ from typing import Any, TypeVar
 
 import pytest
 
+from harness.jobs.results import REPORT_SCHEMA, RESULTS_SCHEMA
 from harness.mutation.runner import SuiteJob, SuiteRun, preload, run_one
-from harness.results import REPORT_SCHEMA, RESULTS_SCHEMA
 
 ROOT = Path(__file__).resolve().parents[2]
 

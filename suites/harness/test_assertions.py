@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.assertions import clear_error_problem, is_clear_error, raises_clear_error
+from harness.oracles.assertions import clear_error_problem, is_clear_error, raises_clear_error
 from reference_impl.errors import FieldError
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from harness.bench_report import SPEED_GOALS, main, render
+from harness.jobs.bench_report import SPEED_GOALS, main, render
 
 NAMES = {
     "test_prefill[M*M--reference-1024]": 0.050,

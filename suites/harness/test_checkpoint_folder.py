@@ -16,16 +16,12 @@ import pytest
 import torch
 
 from harness import ROOT
-from harness.checkpoint import (
-    CONFIG_MODULE,
-    CONV_BIAS_SUFFIXES,
-    ModelSpec,
-    checkpoint_folder,
-    write_checkpoint,
-)
-from harness.shared_checkpoints import SHARED_FOLDERS_ENV, shared_folders
+from harness.checkpoints.cache import SHARED_FOLDERS_ENV, checkpoint_folder, shared_folders
+from harness.checkpoints.spec import CONFIG_MODULE, ModelSpec
+from harness.checkpoints.writer import write_checkpoint
 from reference_impl.checkpoint import read_weights
 from reference_impl.tokenizer import AUDIO_CONTEXT, IMG_CONTEXT, VIDEO_PLACEHOLDER, VOCAB_SIZE
+from reference_impl.weights import CONV_BIAS_SUFFIXES
 
 
 @pytest.fixture(scope="module")
@@ -116,7 +112,8 @@ def test_a_bias_free_parakeet_checkpoint_still_carries_its_conv_biases(tmp_path)
 
 
 WRITE_SHARED = """
-from harness.checkpoint import ModelSpec, checkpoint_folder
+from harness.checkpoints.cache import checkpoint_folder
+from harness.checkpoints.spec import ModelSpec
 print(checkpoint_folder(ModelSpec(audio=False)))
 """
 

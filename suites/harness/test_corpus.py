@@ -19,9 +19,9 @@ from harness.mutation.corpus import (
     corpus_mutants,
     load_corpus,
 )
+from harness.mutation.file_mutants import MUTATIONS, MutationError, installed_file, write_mutant
 from harness.mutation.runner import SuiteJob, SuiteRun, preload, run_many
-from harness.targets.mutants import MUTATIONS, MutationError, installed_file, write_mutant
-from harness.targets.reference_mutants import REFERENCE_MUTANTS
+from harness.targets.reference.mutant import REFERENCE_MUTANTS
 from suites.harness.helpers import needs_vllm
 
 RECORDS = load_corpus()

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from harness.deviations import (
+from harness.jobs.deviations import (
     DEVIATIONS_DIR,
     REACHES,
     Deviation,

@@ -1,7 +1,7 @@
 """No fault of a target can stall, pass or take down the main job.
 
-Each fault is a mutated copy of the installed vLLM model file (:data:`harness.targets.mutants.
-FAULTS`), run by ``python -m harness.conformance`` on a few checks in this order:
+Each fault is a mutated copy of the installed vLLM model file (:data:`harness.mutation.file_mutants.
+FAULTS`), run by ``nemotron-vl-conformance`` on a few checks in this order:
 
 1. a LoRA metadata check that never reaches the image parser (passes before the fault);
 2. ``test_each_form_reaches_its_modality[image_embeds]``: the image parser, where the fault is;
@@ -27,8 +27,8 @@ from typing import Any
 
 import pytest
 
-from harness.results import REPORT_SCHEMA
-from harness.targets.mutants import FAULTS, installed_model_file, write_mutant
+from harness.jobs.results import REPORT_SCHEMA
+from harness.mutation.file_mutants import FAULTS, installed_model_file, write_mutant
 from suites.harness.helpers import (
     ROOT,
     needs_vllm,
@@ -83,7 +83,7 @@ def main_job_command(target: str, out: Path, *options: str) -> list[str]:
     return [
         sys.executable,
         "-m",
-        "harness.conformance",
+        "harness.jobs.conformance",
         "--target",
         target,
         "--out",

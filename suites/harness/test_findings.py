@@ -1,6 +1,6 @@
 """The reproductions under ``reports/findings/``: each still reproduces its finding on the
 installed vLLM, is cited by the known deviation it reproduces, and has a complete issue text
-beside it; and ``python -m harness.checkpoint``, the one command that writes their folders."""
+beside it; and ``nemotron-vl-checkpoint``, the one command that writes their folders."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from harness import findings
-from harness.deviations import deviations_path, load_deviations
+from harness.jobs import findings
+from harness.jobs.deviations import deviations_path, load_deviations
 
 SCRIPTS = findings.scripts()
 
@@ -243,14 +243,14 @@ def test_an_incomplete_issue_text_is_a_finding_of_its_own(tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------
-# The folder writer: python -m harness.checkpoint
+# The folder writer: nemotron-vl-checkpoint
 
 
 def test_the_writer_command_writes_a_checkpoint_and_adapters(tmp_path, capsys, monkeypatch):
-    from harness import checkpoint
+    from harness.checkpoints import cache, cli
 
-    monkeypatch.setattr(checkpoint, "_FOLDERS", {})
-    monkeypatch.setattr(checkpoint, "_WEIGHTS", {})
+    monkeypatch.setattr(cache, "_FOLDERS", {})
+    monkeypatch.setattr(cache, "_WEIGHTS", {})
     folder, adapter, broken = tmp_path / "ckpt", tmp_path / "towers", tmp_path / "missing"
     argv = [str(folder), "--dynamic", "--max-model-len", "256"]
     argv += [
@@ -261,7 +261,7 @@ def test_the_writer_command_writes_a_checkpoint_and_adapters(tmp_path, capsys, m
         "broken-missing-file",
         str(broken),
     ]
-    assert checkpoint.main(argv) == 0
+    assert cli.main(argv) == 0
     assert capsys.readouterr().out.split() == [str(p.resolve()) for p in (folder, adapter, broken)]
     config = json.loads((folder / "config.json").read_text())
     assert config["max_sequence_length"] == 256
@@ -272,7 +272,7 @@ def test_the_writer_command_writes_a_checkpoint_and_adapters(tmp_path, capsys, m
         "adapter_model.safetensors",
     }
     assert {p.name for p in broken.iterdir()} == {"adapter_config.json"}
-    assert checkpoint._FOLDERS == {}  # the process's folders are left as they were
+    assert cache._FOLDERS == {}  # the process's folders are left as they were
 
 
 @pytest.mark.parametrize(
@@ -286,19 +286,19 @@ def test_the_writer_command_writes_a_checkpoint_and_adapters(tmp_path, capsys, m
     ids=["zero-length", "not-a-number", "unknown-adapter", "adapter-without-folder"],
 )
 def test_the_writer_command_refuses_a_bad_value_naming_its_flag(tmp_path, capsys, argv, says):
-    from harness import checkpoint
+    from harness.checkpoints import cli
 
     with pytest.raises(SystemExit) as exit_info:
-        checkpoint.main([str(tmp_path / "ckpt"), *argv])
+        cli.main([str(tmp_path / "ckpt"), *argv])
     assert exit_info.value.code == 2
     assert says in capsys.readouterr().err
     assert not (tmp_path / "ckpt").exists()  # refused before anything is written
 
 
 def test_the_writer_command_refuses_a_file_for_a_folder(tmp_path, capsys):
-    from harness import checkpoint
+    from harness.checkpoints import cli
 
     (tmp_path / "file").write_text("")
     with pytest.raises(SystemExit):
-        checkpoint.main([str(tmp_path / "file")])
+        cli.main([str(tmp_path / "file")])
     assert "exists and is not a folder" in capsys.readouterr().err

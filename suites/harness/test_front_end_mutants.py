@@ -1,4 +1,4 @@
-"""The features check sees the audio front end: each :data:`harness.targets.mutants.FRONT_END`
+"""The features check sees the audio front end: each :data:`harness.mutation.file_mutants.FRONT_END`
 mutant of vLLM's ``ParakeetExtractor`` (the window, the mel filter bank, the normalisation, the
 padding mask), written at test time, fails ``test_features.py`` on every audio form, for a
 feature out of its bound or of the reference's shape; the installed file passes.
@@ -12,8 +12,8 @@ import os
 
 import pytest
 
+from harness.mutation.file_mutants import FRONT_END, write_mutant
 from harness.mutation.runner import SuiteJob, SuiteRun, preload, run_many
-from harness.targets.mutants import FRONT_END, write_mutant
 from suites.harness.helpers import needs_vllm
 
 pytestmark = [needs_vllm, pytest.mark.vllm, pytest.mark.slow]

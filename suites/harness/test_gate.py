@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from harness.targets.mutants import MODEL_FILE, MUTATIONS, installed_model_file
+from harness.mutation.file_mutants import MODEL_FILE, MUTATIONS, installed_model_file
 from suites.harness.helpers import ROOT, needs_vllm, one_thread_env, selected_tests, two_at_a_time
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow, needs_vllm]
@@ -67,7 +67,7 @@ def run_gate(repo: Path, base: str, head: str | None, out: Path, *pytest_args: s
         [
             sys.executable,
             "-m",
-            "harness.gate",
+            "harness.jobs.gate",
             "--repo",
             str(repo),
             "--base",

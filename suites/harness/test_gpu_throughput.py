@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness import gpu_throughput
-from harness.real_widths import layer_cases, text_config
+from harness.gpu import throughput as gpu_throughput
+from harness.gpu.real_widths import layer_cases, text_config
 
 
 def test_counted_flops_are_the_mlp_formula(tmp_path: Path) -> None:

@@ -12,10 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from harness.lint.inference import top_level  # module-level statements, into if / try blocks
+from no_tensor_truthiness.inference import (
+    top_level,  # module-level statements, into if / try blocks
+)
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("reference_impl", "harness", "suites")
+PACKAGES = ("reference_impl", "harness", "no_tensor_truthiness", "suites")
 
 
 def modules() -> dict[str, Path]:
@@ -62,7 +64,11 @@ def graph(everywhere: bool) -> dict[str, set[str]]:
 
 @pytest.mark.parametrize(
     ("package", "forbidden"),
-    [("reference_impl", ("harness", "suites")), ("harness", ("suites",))],
+    [
+        ("reference_impl", ("harness", "suites", "no_tensor_truthiness")),
+        ("harness", ("suites",)),
+        ("no_tensor_truthiness", ("harness", "reference_impl", "suites")),
+    ],
 )
 def test_dependencies_point_one_way(package, forbidden):
     wrong = sorted(
@@ -115,15 +121,56 @@ def test_the_contract_sees_a_cycle_and_a_wrong_direction(tmp_path, monkeypatch):
         test_dependencies_point_one_way("reference_impl", ("harness", "suites"))
 
 
-@pytest.mark.parametrize("package", ["harness", "reference_impl"])
+PACKAGE_FOLDERS = sorted(
+    path.parent.relative_to(ROOT).as_posix()
+    for package in ("harness", "reference_impl", "no_tensor_truthiness")
+    for path in (ROOT / package).rglob("__init__.py")
+)
+
+
+@pytest.mark.parametrize("package", PACKAGE_FOLDERS)
 def test_each_package_docstring_names_every_module(package):
-    """A newcomer's map stays whole: the package docstring names each of its modules."""
+    """A newcomer's map stays whole: each package's docstring names each of its modules
+    (as ``name`` or :mod:`.name`)."""
     doc = ast.get_docstring(ast.parse((ROOT / package / "__init__.py").read_text())) or ""
     children = sorted(
         path.stem if path.is_file() else path.name
         for path in (ROOT / package).iterdir()
-        if (path.suffix == ".py" and path.stem != "__init__")
+        if (path.suffix == ".py" and path.stem not in ("__init__", "__main__"))
         or (path.is_dir() and (path / "__init__.py").is_file())
     )
-    missing = [name for name in children if f"``{name}``" not in doc]
+    missing = [
+        name for name in children if f"``{name}``" not in doc and f":mod:`.{name}`" not in doc
+    ]
     assert missing == []
+
+
+ROOMS = sorted(
+    path.name for path in (ROOT / "harness").iterdir() if (path / "__init__.py").is_file()
+)
+
+
+@pytest.mark.parametrize("room", ROOMS)
+def test_each_room_says_what_it_may_import(room):
+    """Each room of the harness states its imports; ``lint-imports`` holds it to them (the
+    layers in ``pyproject.toml``)."""
+    doc = ast.get_docstring(ast.parse((ROOT / "harness" / room / "__init__.py").read_text()))
+    assert doc is not None
+    assert "May import:" in doc
+
+
+def test_the_rooms_keep_their_layers():
+    """import-linter's contracts (``[tool.importlinter]``): the rooms import downward only."""
+    import shutil
+    import subprocess
+
+    lint_imports = shutil.which("lint-imports", path=str(Path(sys.executable).parent))
+    assert lint_imports is not None, "lint-imports is not installed (the test extra has it)"
+    done = subprocess.run(
+        [lint_imports, "--config", str(ROOT / "pyproject.toml")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr

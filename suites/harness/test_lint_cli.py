@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.lint.cli import main
-from harness.lint.config import LintConfig
-from harness.lint.runner import discover, run
+from no_tensor_truthiness.cli import main
+from no_tensor_truthiness.config import LintConfig
+from no_tensor_truthiness.runner import discover, run
 
 ROOT = Path(__file__).resolve().parents[2]
 BAD = "import torch\n\nx = torch.zeros(3)\nif x:\n    pass\n"
@@ -165,7 +165,7 @@ def test_files_without_tensors_are_not_parsed(tmp_path):
 
 def test_console_script_and_pre_commit_hook_agree():
     scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
-    assert scripts["no-tensor-truthiness"] == "harness.lint.cli:main"
+    assert scripts["no-tensor-truthiness"] == "no_tensor_truthiness.cli:main"
     hooks = (ROOT / ".pre-commit-hooks.yaml").read_text()
     assert "- id: no-tensor-truthiness" in hooks
     assert "entry: no-tensor-truthiness" in hooks
@@ -174,7 +174,7 @@ def test_console_script_and_pre_commit_hook_agree():
 
 def test_lint_imports_nothing_heavy():
     code = (
-        "import sys, harness.lint.cli; "
+        "import sys, no_tensor_truthiness.cli; "
         "print(sorted(m for m in ('torch', 'vllm', 'transformers', 'numpy') "
         "if m in sys.modules))"
     )
@@ -186,7 +186,7 @@ def test_lint_imports_nothing_heavy():
 
 def test_our_tree_is_clean(capsys):
     status = main(
-        [str(ROOT / d) for d in ("harness", "reference_impl", "suites")]
+        [str(ROOT / d) for d in ("harness", "reference_impl", "no_tensor_truthiness", "suites")]
         + ["--no-cache", "--config", str(ROOT / "pyproject.toml")]
     )
     assert status == 0, capsys.readouterr().out
@@ -196,7 +196,7 @@ def test_type_aware_mode_sees_across_modules(tmp_path):
     """A tensor returned by another module's function: invisible to the syntax, found with
     mypy's types (a minimal torch stub keeps this fast and independent of torch's stubs)."""
     pytest.importorskip("mypy")
-    from harness.lint.typeaware import type_aware_findings
+    from no_tensor_truthiness.typeaware import type_aware_findings
 
     stubs = tmp_path / "stubs" / "torch"
     stubs.mkdir(parents=True)
@@ -211,7 +211,7 @@ def test_type_aware_mode_sees_across_modules(tmp_path):
         "    if x is not None:\n        pass\n"
     )
     user = src / "user.py"
-    from harness.lint import check_source
+    from no_tensor_truthiness import check_source
 
     assert check_source(user.read_text(), str(user)) == []
     findings = type_aware_findings(

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.lint import RULES, check_source
+from no_tensor_truthiness import RULES, check_source
 
 CORPUS = Path(__file__).resolve().parents[2] / "fixtures" / "lint" / "corpus"
 FILES = sorted(CORPUS.glob("*.py"))
@@ -102,7 +102,7 @@ def test_never_crashes(source):
 def test_the_torch_facts_the_inference_relies_on():
     """What the API tables and inference assume of torch, checked against torch itself."""
     torch = pytest.importorskip("torch")
-    from harness.lint import torch_api
+    from no_tensor_truthiness import torch_api
 
     x = torch.arange(6.0).reshape(2, 3)
     # `==` / `!=` with a list, a string or None: Python answers with a bool.

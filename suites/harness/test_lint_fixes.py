@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.lint import check_source
-from harness.lint.cli import main
-from harness.lint.fixes import apply_fixes, fix_source
+from no_tensor_truthiness import check_source
+from no_tensor_truthiness.cli import main
+from no_tensor_truthiness.fixes import apply_fixes, fix_source
 
 CORPUS = Path(__file__).resolve().parents[2] / "fixtures" / "lint" / "corpus"
 PARSEABLE = [p for p in sorted(CORPUS.glob("*.py")) if p.name != "syntax_error.py"]
@@ -135,7 +135,7 @@ def test_columns_count_characters_not_bytes():
 
 
 def test_apply_fixes_skips_overlaps_and_keeps_line_endings():
-    from harness.lint.finding import Fix
+    from no_tensor_truthiness.finding import Fix
 
     source = "ab\r\ncd\r\n"
     text, applied = apply_fixes(source, [Fix(2, 0, 2, 1, "X"), Fix(2, 0, 2, 2, "Y")])

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.lint.survey import REVIEWED_TREES, package_dir, reviewed_findings
+from no_tensor_truthiness.survey import REVIEWED_TREES, package_dir, reviewed_findings
 
 ROOT = Path(__file__).resolve().parents[2]
 SURVEY = ROOT / "reports" / "lint-survey.json"

@@ -9,8 +9,13 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from harness.checkpoint import ModelSpec
-from harness.lora_adapters import ADAPTERS_BY_NAME, AdapterSpec, adapter_tensors, write_adapter
+from harness.checkpoints.lora_adapters import (
+    ADAPTERS_BY_NAME,
+    AdapterSpec,
+    adapter_tensors,
+    write_adapter,
+)
+from harness.checkpoints.spec import ModelSpec
 from reference_impl.adapters import read_peft_adapter
 from reference_impl.lora import LoRAError
 

@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from harness.report import TargetRun, build_report, exit_status, render_markdown
-from harness.results import (
+from harness.jobs.report import TargetRun, build_report, exit_status, render_markdown
+from harness.jobs.results import (
     REPORT_SCHEMA,
     RESULTS_SCHEMA,
     SCHEMA_VERSION,
@@ -20,7 +20,7 @@ from harness.results import (
     TargetStatus,
     read_results,
 )
-from harness.supervisor import Supervised
+from harness.jobs.supervisor import Supervised
 from suites.harness.helpers import ROOT, validate
 
 
@@ -104,7 +104,7 @@ def test_runner_writes_the_report_and_exits_0_on_reference(tmp_path):
         [
             sys.executable,
             "-m",
-            "harness.conformance",
+            "harness.jobs.conformance",
             "--target",
             "reference",
             "--out",
@@ -133,7 +133,7 @@ def test_runner_exits_2_when_a_target_cannot_load(tmp_path):
         [
             sys.executable,
             "-m",
-            "harness.conformance",
+            "harness.jobs.conformance",
             "--target",
             "reference",
             "--target",
@@ -157,7 +157,7 @@ def test_runner_exits_2_when_a_target_cannot_load(tmp_path):
 
 def test_runner_rejects_a_bad_option_with_exit_2(tmp_path):
     proc = subprocess.run(
-        [sys.executable, "-m", "harness.conformance", "--device", "tpu"],
+        [sys.executable, "-m", "harness.jobs.conformance", "--device", "tpu"],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -246,7 +246,7 @@ def test_a_results_file_left_by_a_dead_process_is_incomplete():
 )
 def test_runner_rejects_bad_limits_naming_the_option(tmp_path, option, message):
     proc = subprocess.run(
-        [sys.executable, "-m", "harness.conformance", option, "--out", str(tmp_path)],
+        [sys.executable, "-m", "harness.jobs.conformance", option, "--out", str(tmp_path)],
         cwd=ROOT,
         capture_output=True,
         text=True,

@@ -9,18 +9,12 @@ import numpy as np
 import pytest
 import torch
 
-from harness.pytest_target import RequestRuns
-from harness.requests import (
-    AUDIO_SAMPLE_RATE,
-    FORMS_BY_NAME,
-    PLACEHOLDER,
-    REQUEST_FORMS,
-    Request,
-    video_clip,
-    video_file_with_audio,
-    video_file_without_audio,
-)
+from harness.inputs.catalogue import FORMS_BY_NAME, REQUEST_FORMS
+from harness.inputs.media import video_clip, video_file_with_audio, video_file_without_audio
+from harness.inputs.requests import AUDIO_SAMPLE_RATE, PLACEHOLDER, Request
+from harness.plugin.target import RequestRuns
 from harness.targets.reference import ReferenceTarget
+from harness.targets.vllm.requests import multi_modal_data, processor_kwargs
 
 
 def test_media_in_vllms_multi_modal_data_form():
@@ -29,7 +23,7 @@ def test_media_in_vllms_multi_modal_data_form():
     clip = video_clip(3, 8, 8, seed=0, stride=2)
     audio = np.zeros(1600, dtype=np.float32)
     request = Request("<image><video><so_embedding>", images=["pil"], videos=[clip], audios=[audio])
-    data = request.multi_modal_data()
+    data = multi_modal_data(request)
     assert data["image"] == ["pil"]
     [(frames, metadata)] = data["video"]
     assert frames is clip.frames
@@ -57,11 +51,11 @@ def test_a_video_file_holds_its_frames_and_its_audio_track():
     assert samples == 1.5 * AUDIO_SAMPLE_RATE
     assert video.frames.shape == (2, 64, 64, 3)
     request = Request("<video>", videos=[video], audio_in_video=True)
-    [(frames, metadata)] = request.multi_modal_data()["video"]
+    [(frames, metadata)] = multi_modal_data(request)["video"]
     assert frames is video.frames
     assert metadata["original_video_bytes"] is video.data
-    assert request.processor_kwargs() == {"use_audio_in_video": True}
-    assert Request("<video>", videos=[video]).processor_kwargs() == {}
+    assert processor_kwargs(request) == {"use_audio_in_video": True}
+    assert processor_kwargs(Request("<video>", videos=[video])) == {}
 
     silent = video_file_without_audio(seed=4)
     with av.open(io.BytesIO(silent.data), "r") as container:
@@ -74,7 +68,7 @@ def test_embeddings_pass_as_given(stacked):
     rows = [torch.randn(3, 8), torch.randn(3, 8)]
     given = torch.stack(rows) if stacked else rows
     request = Request("<image><image>", images=given)
-    assert request.multi_modal_data()["image"] is given
+    assert multi_modal_data(request)["image"] is given
     assert all(torch.equal(a, b) for a, b in zip(request.embeddings("image"), rows, strict=True))
     assert request.embeddings("video") is None
 

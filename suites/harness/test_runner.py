@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from harness.checkpoints.cache import SHARED_FOLDERS_ENV
 from harness.mutation.runner import SuiteJob, preload, run_many, run_one
-from harness.shared_checkpoints import SHARED_FOLDERS_ENV
 
 CHECK = (
     "suites/conformance/test_weight_loading.py::"

@@ -1,12 +1,12 @@
-"""Serving configurations (harness/serving.py): their validation, the command line they stand
-for, and vLLM's engine config made from that command line."""
+"""Serving configurations (harness/checkpoints/serving.py): their validation, the command line they
+stand for, and vLLM's engine config made from that command line."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from harness.serving import DEFAULT_SERVING, ServingConfig
+from harness.checkpoints.serving import DEFAULT_SERVING, ServingConfig
 
 EVERY_OPTION = ServingConfig(
     dtype="float16",
@@ -93,7 +93,8 @@ def test_vllm_engine_config_holds_each_option():
     """The harness hands the options to vLLM's own argument parser and ``EngineArgs``: each
     lands in the engine config field ``vllm serve`` sets."""
     pytest.importorskip("vllm")
-    from harness.checkpoint import ModelSpec, checkpoint_folder
+    from harness.checkpoints.cache import checkpoint_folder
+    from harness.checkpoints.spec import ModelSpec
     from harness.targets.vllm import build
 
     serving = ServingConfig(

@@ -133,7 +133,8 @@ def test_checkpoint_folders_of_one_spec_are_identical(tmp_path):
     CPU/CUDA and cross-target comparisons compare implementations, not seeds."""
     import torch
 
-    from harness.checkpoint import ModelSpec, write_checkpoint
+    from harness.checkpoints.spec import ModelSpec
+    from harness.checkpoints.writer import write_checkpoint
     from reference_impl.checkpoint import read_weights
 
     spec = ModelSpec(audio=False)
@@ -166,7 +167,7 @@ def test_vllm_target_without_vllm_is_unavailable(monkeypatch):
 def test_vllm_file_typing_cases_check_the_given_file(tmp_path):
     """The pre-#56398 video union (pixels only) in a given file: the typing cases that use video
     embeddings as its member fail, so mypy read the given file, not the installed one."""
-    from harness.targets.mutants import MODEL_FILE, installed_model_file
+    from harness.mutation.file_mutants import MODEL_FILE, installed_model_file
 
     source = installed_model_file().read_text()
     union = "    NanoNemotronVLVideoPixelInputs | NanoNemotronVLVideoEmbeddingInputs\n"

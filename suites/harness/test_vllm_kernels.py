@@ -13,8 +13,9 @@ from typing import Any
 import pytest
 import torch
 
-from harness import gpu_bundle, vllm_kernels
-from harness.vllm_kernels import (
+from harness.gpu import bundle as gpu_bundle
+from harness.gpu import kernels as vllm_kernels
+from harness.gpu.kernels import (
     KERNEL_FILES,
     KernelLoadError,
     chunk_layout,

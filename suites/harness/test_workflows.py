@@ -96,10 +96,10 @@ def test_the_gate_workflow_is_reusable_and_runs_the_gate_with_its_options():
     workflow = load("vllm-gate.yml")
     assert set(workflow["on"]) == {"workflow_call"}
     commands = [c for _, c in run_commands(workflow)]
-    gate = next(c for c in commands if "python -m harness.gate" in c)
+    gate = next(c for c in commands if "nemotron-vl-gate" in c)
     options = {w for w in shlex.split(gate.replace('"', "")) if w.startswith("--") and w != "--"}
     help_text = subprocess.run(
-        [sys.executable, "-m", "harness.gate", "--help"],
+        [sys.executable, "-m", "harness.jobs.gate", "--help"],
         cwd=ROOT,
         capture_output=True,
         text=True,

@@ -96,7 +96,7 @@ def test_stereo_is_averaged():
 @pytest.fixture(scope="module")
 def towers():
     """Ours and vLLM's ProjectedParakeet with the same random weights (checkpoint names)."""
-    from harness import vllm_layers
+    from harness.oracles import vllm_layers
 
     torch.manual_seed(0)
     ours = ParakeetAudioTower(TINY).eval()
@@ -119,7 +119,7 @@ class TestParityWithVllm:
         measured ~2e-6."""
         from transformers import PretrainedConfig
 
-        from harness.vllm_layers import init_cpu_runtime
+        from harness.oracles.vllm_layers import init_cpu_runtime
 
         init_cpu_runtime()
         from vllm.model_executor.models.parakeet import ParakeetExtractor

@@ -10,7 +10,7 @@ import json
 import pytest
 import torch
 
-from harness.weight_streams import reusing_buffers
+from harness.checkpoints.weight_streams import reusing_buffers
 from reference_impl import presets
 from reference_impl.checkpoint import (
     checkpoint_state_dict,
@@ -132,7 +132,8 @@ def test_a_missing_tensor_is_named_by_its_checkpoint_name(name):
 
 
 def test_load_folder_reads_the_harness_folder(tmp_path):
-    from harness.checkpoint import ModelSpec, write_checkpoint
+    from harness.checkpoints.spec import ModelSpec
+    from harness.checkpoints.writer import write_checkpoint
 
     spec = ModelSpec(audio=False)
     folder = write_checkpoint(spec, tmp_path / "ckpt")

@@ -12,8 +12,8 @@ from collections.abc import Callable
 
 import pytest
 
+from harness.targets.reference.mutant import REFERENCE_MUTANTS
 from harness.targets.reference.target import ConfigMetadata
-from harness.targets.reference_mutants import REFERENCE_MUTANTS
 from reference_impl import presets, processor
 from reference_impl.tokenizer import VOCAB_SIZE, build_tokenizer
 from suites.stress import THREADS, ThreadedRun, run_in_threads

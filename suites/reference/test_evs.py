@@ -150,7 +150,7 @@ class TestParityWithVllm:
 
     @pytest.fixture(scope="class")
     def vllm_evs(self):
-        from harness.vllm_layers import init_cpu_runtime
+        from harness.oracles.vllm_layers import init_cpu_runtime
 
         init_cpu_runtime()
         from vllm.multimodal.video_prune import evs as vllm_evs

@@ -231,7 +231,7 @@ def test_vision_final_layernorm_with_mtp_layers():
 class TestConnectorParityWithVllm:
     def test_pixel_shuffle(self):
         """Exact (a permutation)."""
-        from harness.vllm_layers import pixel_shuffle as vllm_pixel_shuffle
+        from harness.oracles.vllm_layers import pixel_shuffle as vllm_pixel_shuffle
 
         x = torch.randn(2, 4, 6, 3)
         assert torch.equal(pixel_shuffle(x, 2), vllm_pixel_shuffle(x))
@@ -242,7 +242,7 @@ class TestConnectorParityWithVllm:
 
     def test_mlp1(self):
         """vLLM's RMSNorm / ReLU^2 layers: tolerance 1e-5 in fp32 (measured ~1e-7)."""
-        from harness.vllm_layers import mlp1
+        from harness.oracles.vllm_layers import mlp1
 
         config = presets.tiny_vl_config(presets.nemotron_3_nano_omni(), VOCAB_SIZE)
         torch.manual_seed(0)
@@ -260,7 +260,7 @@ class TestConnectorParityWithVllm:
             assert (ours.mlp1(x) - theirs(x)).abs().max() <= 1e-5
 
     def test_registered_architectures(self):
-        from harness.vllm_layers import init_cpu_runtime
+        from harness.oracles.vllm_layers import init_cpu_runtime
 
         init_cpu_runtime()
         from vllm.model_executor.models.registry import _MULTIMODAL_MODELS

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness.oracles import reference_from, transformers_nemotron_h
+from harness.oracles.transformers_models import reference_from, transformers_nemotron_h
 from reference_impl.presets import tiny_text_config
 
 PATTERNS = {

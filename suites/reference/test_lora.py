@@ -9,7 +9,7 @@ import dataclasses
 import pytest
 import torch
 
-from harness.targets.reference_mutants import REFERENCE_MUTANTS
+from harness.targets.reference.mutant import REFERENCE_MUTANTS
 from reference_impl import presets
 from reference_impl.lora import (
     LoRAAdapter,

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-from harness.requests import video_file, video_file_with_audio, video_file_without_audio
+from harness.inputs.media import video_file, video_file_with_audio, video_file_without_audio
 from reference_impl import media, presets
 from reference_impl.audio import audio_token_count
 from reference_impl.errors import ConfigError
@@ -34,7 +34,7 @@ RATE = 16000
 
 
 def tone(seconds: float) -> np.ndarray:
-    """The track :func:`harness.requests.video_file` writes, as float samples: a 440 Hz sine at
+    """The track :func:`harness.inputs.media.video_file` writes, as float samples: a 440 Hz sine at
     0.3 of full scale in 16-bit PCM, read back as ``int16 / 32768``."""
     t = np.arange(round(seconds * RATE)) / RATE
     return (0.3 * 32767 * np.sin(2 * np.pi * 440.0 * t)).astype(np.int16) / 32768.0
@@ -124,7 +124,7 @@ def test_the_samples_are_vllms():
     stereo track mixed down and resampled by FFmpeg in both. vLLM does not flush the
     resampler, so its last few samples (FFmpeg's filter delay) are missing: the reference's
     decode is the whole second, vLLM's a prefix of it."""
-    from harness.vllm_layers import init_cpu_runtime
+    from harness.oracles.vllm_layers import init_cpu_runtime
 
     init_cpu_runtime()
     from vllm.multimodal.media.audio import load_audio_pyav

@@ -26,7 +26,7 @@ def image(h, w, seed=0):
 
 @pytest.fixture(scope="module")
 def vllm_processors():
-    from harness.vllm_layers import init_cpu_runtime
+    from harness.oracles.vllm_layers import init_cpu_runtime
 
     init_cpu_runtime()
     from vllm.transformers_utils.processors import internvl, nano_nemotron_vl
@@ -136,7 +136,7 @@ class TestParityWithVllm:
         ("frames", "temporal", "duration"), [(3, 1, 500), (5, 2, 250), (4, 2, 1000), (2, 1, None)]
     )
     def test_video_replacement_ids(self, frames, temporal, duration):
-        from harness.vllm_layers import video_replacement_ids
+        from harness.targets.vllm.requests import video_replacement_ids
 
         tok = shared_tokenizer()
         groups = -(-frames // temporal)

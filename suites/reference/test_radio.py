@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness import model_kwargs
-from harness.checkpoint import ModelSpec
+from harness.checkpoints.spec import ModelSpec
+from harness.inputs import model_kwargs
 from reference_impl.config import VLConfig
 from reference_impl.errors import ConfigError
 from reference_impl.model import NanoNemotronVLModel
@@ -35,7 +35,7 @@ def pair():
     """Ours and vLLM's RADIO (vit_small width, 2 layers) with the same random weights, loaded
     into vLLM through its own ``load_weights`` (checkpoint names, ``vision_model.`` stripped as
     vLLM's wrapper does)."""
-    from harness import vllm_layers
+    from harness.oracles import vllm_layers
 
     torch.manual_seed(0)
     ours = RadioVisionModel(PARITY).eval()

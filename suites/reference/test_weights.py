@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness.oracles import transformers_nemotron_h
+from harness.oracles.transformers_models import transformers_nemotron_h
 from reference_impl.nemotron_h import NemotronHForCausalLM
 from reference_impl.presets import tiny_text_config
 from reference_impl.weights import WeightLoadError, load_safetensors, load_state_dict

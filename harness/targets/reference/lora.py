@@ -8,7 +8,7 @@ from pathlib import Path
 
 import torch
 
-from harness.requests import Request, RequestResult
+from harness.inputs.requests import Request, RequestResult
 from harness.targets.base import AdapterLoad, LoRAOptions, LoRAServing
 from harness.targets.reference import requests
 from reference_impl.adapters import read_peft_adapter

@@ -11,7 +11,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from harness.requests import (
+from harness.checkpoints.serving import DEFAULT_SERVING, ServingConfig
+from harness.inputs.requests import (
     AUDIO_SAMPLE_RATE,
     Batch,
     ItemFeatures,
@@ -23,7 +24,6 @@ from harness.requests import (
     VideoFile,
     audio_decode_cap_s,
 )
-from harness.serving import DEFAULT_SERVING, ServingConfig
 from harness.targets.base import PROCESSOR_FLOAT_KEYS, NotImplementedByTarget
 from reference_impl.errors import ConfigError
 from reference_impl.model import NanoNemotronVLModel

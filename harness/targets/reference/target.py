@@ -16,8 +16,10 @@ from torch import nn
 
 import reference_impl
 from harness import ROOT
-from harness.checkpoint import ModelSpec, checkpoint_folder, checkpoint_weights
-from harness.serving import DEFAULT_SERVING, ServingConfig
+from harness.checkpoints.cache import checkpoint_folder, checkpoint_weights
+from harness.checkpoints.serving import DEFAULT_SERVING, ServingConfig
+from harness.checkpoints.spec import ModelSpec
+from harness.checkpoints.weight_streams import recording_reads
 from harness.targets.base import (
     FUNCTIONS,
     LORA_MANAGER,
@@ -41,7 +43,6 @@ from harness.targets.base import (
     sha256_of,
 )
 from harness.targets.reference.model import ReferenceModel
-from harness.weight_streams import recording_reads
 from reference_impl import processor
 from reference_impl.audio import audio_token_count
 from reference_impl.checkpoint import checkpoint_state_dict, load_folder

@@ -1,8 +1,8 @@
 """vLLM builds and loads a checkpoint folder as it does for a user, on CPU.
 
 - :func:`engine_config`: the ``VllmConfig`` of ``vllm serve FOLDER`` with a serving
-  configuration's options (:mod:`harness.serving`), through vLLM's own argument parser and
-  ``EngineArgs`` (offline, the context the folder's config states, ``trust_remote_code`` for
+  configuration's options (:mod:`harness.checkpoints.serving`), through vLLM's own argument parser
+  and ``EngineArgs`` (offline, the context the folder's config states, ``trust_remote_code`` for
   its configuration module; every modality limit 0 for text-only; ``hf_overrides`` as given).
 - :func:`load_stream`: vLLM's loader fed a stream of checkpoint tensors.
 - :func:`build_and_load`: the model class from vLLM's registry (checked to be the class of the
@@ -27,7 +27,7 @@ from typing import Any
 
 import torch
 
-from harness.serving import DEFAULT_SERVING, ServingConfig
+from harness.checkpoints.serving import DEFAULT_SERVING, ServingConfig
 from harness.targets.base import LoRAOptions, NeedsCuda, TargetLoadError
 from harness.targets.vllm.runtime import init_cpu_runtime, without_packed_cpu_kernels
 
@@ -248,7 +248,7 @@ def expected_parameter(
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m harness.targets.vllm [--dynamic] [--t2] [--no-audio] [--mtp]``: build
+    """``nemotron-vl-build-vllm [--dynamic] [--t2] [--no-audio] [--mtp]``: build
     one variant's model in this fresh process and print the seconds each step took."""
     import argparse
 
@@ -259,7 +259,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mtp", action="store_true", help="MTP layers (vision_final_layernorm)")
     args = parser.parse_args(argv)
     start = time.perf_counter()
-    from harness.checkpoint import ModelSpec, checkpoint_folder
+    from harness.checkpoints.cache import checkpoint_folder
+    from harness.checkpoints.spec import ModelSpec
     from harness.targets.vllm.files import MODEL_MODULE
     from harness.targets.vllm.runtime import import_vllm_module
 

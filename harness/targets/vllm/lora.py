@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from harness.requests import Request, RequestResult
+from harness.inputs.requests import Request, RequestResult
 from harness.targets.base import AdapterLoad, LoRAServing
 from harness.targets.vllm.requests import VllmRequestPath
 

@@ -11,9 +11,9 @@ from typing import Any
 
 import torch
 
-from harness.checkpoint import ModelSpec
-from harness.requests import ItemFeatures, ProcessedRequest, Request, RequestResult
-from harness.serving import DEFAULT_SERVING, ServingConfig
+from harness.checkpoints.serving import DEFAULT_SERVING, ServingConfig
+from harness.checkpoints.spec import ModelSpec
+from harness.inputs.requests import ItemFeatures, ProcessedRequest, Request, RequestResult
 from harness.targets.base import EncoderCalls, MultimodalModel, ParsedModality
 from harness.targets.vllm.requests import VllmRequestPath
 

@@ -28,15 +28,18 @@ from typing import Any
 
 import torch
 
-from harness.requests import (
+from harness.inputs.requests import (
+    AUDIO_SAMPLE_RATE,
     Batch,
     ItemFeatures,
     ProcessedRequest,
     Request,
     RequestItem,
     RequestResult,
+    VideoClip,
     VideoFile,
 )
+from harness.targets.vllm.runtime import prepare_cpu_environment
 
 #: The processor outputs a tower reads as features (floating) and their masks.
 FEATURE_KEYS = (
@@ -45,6 +48,85 @@ FEATURE_KEYS = (
     "input_audio_features",
     "feature_attention_mask",
 )
+
+
+# ---------------------------------------------------------------------------------------------
+# A request in vLLM's wire form
+
+
+def video_metadata(video: VideoClip) -> dict[str, object]:
+    """vLLM's video metadata for a clip's frames (``video_needs_metadata``); a file's carries its
+    bytes as vLLM's ``nemotron_vl`` video loader keeps them (``original_video_bytes``), for a
+    request that asks for the file's audio track too."""
+    total = max(video.frames_indices) + 1
+    metadata: dict[str, object] = {
+        "fps": video.fps,
+        "frames_indices": list(video.frames_indices),
+        "total_num_frames": total,
+        "duration": total / video.fps,
+        "video_backend": "opencv",
+    }
+    if isinstance(video, VideoFile):
+        metadata["original_video_bytes"] = video.data
+    return metadata
+
+
+def multi_modal_data(request: Request) -> dict[str, object]:
+    """vLLM's ``multi_modal_data`` for a request: images as given, video frames with their
+    metadata, audio with its sample rate; embeddings as given."""
+    data: dict[str, object] = {}
+    if request.num_items("image"):
+        data["image"] = request.images
+    if request.num_items("video"):
+        videos = request.videos
+        data["video"] = (
+            videos
+            if request.embeddings("video") is not None
+            else [(clip.frames, video_metadata(clip)) for clip in videos]
+        )
+    if request.num_items("audio"):
+        data["audio"] = [(audio, AUDIO_SAMPLE_RATE) for audio in request.audios]
+    return data
+
+
+def processor_kwargs(request: Request) -> dict[str, object]:
+    """vLLM's per-request ``mm_processor_kwargs`` for a request."""
+    return {"use_audio_in_video": True} if request.audio_in_video else {}
+
+
+def video_replacement_ids(
+    tokenizer: Any,
+    tokens_per_frame: list[int],
+    frames_indices: list[int],
+    frame_duration_ms: int | None,
+    temporal_patch_size: int,
+    processor_cls: Any = None,
+) -> list[int]:
+    """``NanoNemotronVLProcessor.get_video_repl`` token ids, with ``tokenizer``: the installed
+    vLLM's processor class, or ``processor_cls`` (a target's, from the file under test)."""
+    prepare_cpu_environment()
+    from vllm.transformers_utils.processors.nano_nemotron_vl import (
+        IMG_CONTEXT,
+        IMG_END,
+        IMG_START,
+        NanoNemotronVLProcessor,
+    )
+
+    def encode(text: str) -> list[int]:
+        ids: list[int] = tokenizer.encode(text, add_special_tokens=False)
+        return ids
+
+    details = (processor_cls or NanoNemotronVLProcessor).get_video_repl(
+        tokens_per_frame=tokens_per_frame,
+        frames_indices=frames_indices,
+        frame_duration_ms=frame_duration_ms,
+        tokenizer=tokenizer,
+        img_start_token_ids=encode(IMG_START),
+        img_end_token_ids=encode(IMG_END),
+        img_context_token_ids=encode(IMG_CONTEXT),
+        video_temporal_patch_size=temporal_patch_size,
+    )
+    return list(details.full)
 
 
 class VllmRequestPath:
@@ -62,11 +144,11 @@ class VllmRequestPath:
 
     def multi_modal_data(self, request: Request) -> dict[str, object]:
         """The request's ``multi_modal_data`` as the server makes it. Video files are decoded
-        as the harness's loader decodes them (:class:`~harness.requests.VideoFile`), unless the
-        engine is served with ``--media-io-kwargs`` for video: then each file's bytes are loaded
+        as the harness's loader decodes them (:class:`~harness.inputs.requests.VideoFile`), unless
+        the engine is served with ``--media-io-kwargs`` for video: then each file's bytes are loaded
         by vLLM's ``MediaConnector`` with the engine's loader options, as the chat parser loads
         a ``video_url``."""
-        data = request.multi_modal_data()
+        data = multi_modal_data(request)
         io_kwargs = self.vllm_config.model_config.multimodal_config.media_io_kwargs or {}
         options = set(io_kwargs.get("video", {})) - {"video_backend"}  # the model's own
         files = request.embeddings("video") is None and any(
@@ -82,7 +164,7 @@ class VllmRequestPath:
                 "data:video/x-matroska;base64," + base64.b64encode(video.data).decode()
             )
             if isinstance(video, VideoFile)
-            else (video.frames, video.metadata())
+            else (video.frames, video_metadata(video))
             for video in request.videos
         ]
         return data
@@ -93,7 +175,7 @@ class VllmRequestPath:
         return self.processor(
             request.prompt,
             items,
-            hf_processor_mm_kwargs=request.processor_kwargs(),
+            hf_processor_mm_kwargs=processor_kwargs(request),
             cache=self.cache if cached else None,
         )
 
@@ -137,7 +219,7 @@ class VllmRequestPath:
         processor = self.uncast_processor
         items = processor.info.parse_mm_data(self.multi_modal_data(request))
         processed = processor(
-            request.prompt, items, hf_processor_mm_kwargs=request.processor_kwargs()
+            request.prompt, items, hf_processor_mm_kwargs=processor_kwargs(request)
         )
         found = []
         for _, modality, index, _ in _in_prompt_order(processed):

@@ -3,10 +3,11 @@
 ``vllm`` is the installed vLLM's ``NemotronH_Nano_VL_V2``; ``vllm-file:`` loads model files from
 any vLLM revision or pull request in place of the installed modules (:mod:`.files`).
 
-The model is built as for a user (:mod:`.build`): a checkpoint folder (:mod:`harness.checkpoint`),
-vLLM's ``ModelConfig`` and registry, its constructor, its loader and post-load processing, on
-CPU (:mod:`.runtime`). The processing metadata is asked of the processing info of the processor
-vLLM's registry makes for the folder, its processor factory counting constructions.
+The model is built as for a user (:mod:`.build`): a checkpoint folder
+(:mod:`harness.checkpoints.writer`), vLLM's ``ModelConfig`` and registry, its constructor, its
+loader and post-load processing, on CPU (:mod:`.runtime`). The processing metadata is asked of the
+processing info of the processor vLLM's registry makes for the folder, its processor factory
+counting constructions.
 """
 
 from __future__ import annotations
@@ -23,8 +24,10 @@ from typing import Any
 import torch
 
 from harness import ROOT
-from harness.checkpoint import ModelSpec, checkpoint_folder, checkpoint_weights
-from harness.serving import DEFAULT_SERVING, ServingConfig
+from harness.checkpoints.cache import checkpoint_folder, checkpoint_weights
+from harness.checkpoints.serving import DEFAULT_SERVING, ServingConfig
+from harness.checkpoints.spec import ModelSpec
+from harness.checkpoints.weight_streams import recording_reads
 from harness.targets.base import (
     CACHE_PLATFORMS,
     FUNCTIONS,
@@ -64,7 +67,6 @@ from harness.targets.vllm.runtime import (
     vllm_version,
     without_packed_cpu_kernels,
 )
-from harness.weight_streams import recording_reads
 from reference_impl.config import NemotronHConfig
 from reference_impl.weights import TOWER_PREFIXES
 
@@ -406,7 +408,7 @@ class VllmTarget(Target):
         frame_duration_ms: int | None,
         temporal_patch_size: int,
     ) -> tuple[int, ...]:
-        from harness.vllm_layers import video_replacement_ids
+        from harness.targets.vllm.requests import video_replacement_ids
 
         ids = video_replacement_ids(
             tokenizer,

@@ -24,8 +24,9 @@ from collections.abc import Iterator
 
 import torch
 
-from harness.checkpoint import ModelSpec, checkpoint_folder
-from harness.serving import ServingConfig
+from harness.checkpoints.cache import checkpoint_folder
+from harness.checkpoints.serving import ServingConfig
+from harness.checkpoints.spec import ModelSpec
 from harness.targets.vllm import build
 from harness.targets.vllm.runtime import init_cpu_runtime
 

@@ -1,0 +1,166 @@
+"""Each checkpoint folder written once: per process, or once per run for every process it starts.
+
+:func:`checkpoint_folder` writes a variant's folder the first time a process asks for it, into
+a temporary root removed at exit. A test run or a main job starts many processes (targets,
+restarts, the gate's two sides, forked mutant runs), and each would write the same folders again
+(2 s or more each): inside :func:`shared_folders`, every folder is written once into the folder
+named by :data:`SHARED_FOLDERS_ENV`, which started processes inherit. The supervisor opens that
+block without loading a model's libraries, so this module imports torch and the writer only when
+a folder is written.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import functools
+import hashlib
+import os
+import shutil
+import tempfile
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from harness import ROOT
+
+if TYPE_CHECKING:
+    import torch
+
+    from harness.checkpoints.spec import ModelSpec
+
+#: The folder of checkpoint folders the processes of one run share.
+SHARED_FOLDERS_ENV = "NEMOTRON_VL_CHECKPOINTS"
+
+
+@contextlib.contextmanager
+def shared_folders() -> Iterator[Path]:
+    """Share checkpoint folders with every process started inside the block (they inherit
+    :data:`SHARED_FOLDERS_ENV`); the folder is removed at its end. Inside a block already
+    open (this process's or a parent's), the outer folder is used and left in place."""
+    inherited = os.environ.get(SHARED_FOLDERS_ENV)
+    if inherited:
+        yield Path(inherited)
+        return
+    root = Path(tempfile.mkdtemp(prefix="nemotron-vl-checkpoints-shared-"))
+    os.environ[SHARED_FOLDERS_ENV] = str(root)
+    try:
+        yield root
+    finally:
+        if os.environ.get(SHARED_FOLDERS_ENV) == str(root):
+            del os.environ[SHARED_FOLDERS_ENV]
+        shutil.rmtree(root, ignore_errors=True)
+
+
+_FOLDERS: dict[tuple[ModelSpec, int], Path] = {}
+_FOLDERS_LOCK = threading.RLock()
+_TEMP_ROOT: list[Path] = []
+
+#: The code a folder's bytes depend on.
+_WRITER_SOURCES = (
+    ROOT / "harness" / "checkpoints" / "spec.py",
+    ROOT / "harness" / "checkpoints" / "writer.py",
+    ROOT / "fixtures" / "checkpoint" / "configuration_nano_nemotron_vl.py",
+    *sorted((ROOT / "reference_impl").rglob("*.py")),
+)
+
+
+@functools.cache
+def writer_digest() -> str:
+    """A digest of the code that writes the folders (:data:`_WRITER_SOURCES`)."""
+    digest = hashlib.sha256()
+    for path in _WRITER_SOURCES:
+        digest.update(path.relative_to(ROOT).as_posix().encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:12]
+
+
+def _shared_folder(root: Path, spec: ModelSpec, seed: int) -> Path:
+    """``spec``'s folder under the shared ``root``: written once by whichever process needs it
+    first, into a private folder renamed into place when complete, so that a reader never sees
+    half a folder and two writers at once both leave a whole one."""
+    if not root.is_dir():
+        raise FileNotFoundError(
+            f"{SHARED_FOLDERS_ENV}: expected an existing folder, got {str(root)!r}"
+        )
+    final = root / f"{spec.slug}-seed{seed}-{writer_digest()}"
+    if final.is_dir():
+        return final
+    from harness.checkpoints.writer import write_checkpoint
+
+    private = Path(tempfile.mkdtemp(prefix=f".{final.name}-", dir=root))
+    write_checkpoint(spec, private, seed=seed)
+    try:
+        private.rename(final)
+    except OSError:  # another process renamed its copy first: the same bytes
+        shutil.rmtree(private, ignore_errors=True)
+        if not final.is_dir():
+            raise
+    return final
+
+
+def write_new_folders_under(root: Path) -> None:
+    """Write the folders not written yet under ``root`` from now on (the caller removes it):
+    a forked child, which exits without running the parent's exit handlers, keeps the
+    parent's folders and writes its own where it will remove them. Folders shared through
+    :data:`SHARED_FOLDERS_ENV` are still read from and written to the shared folder."""
+    with _FOLDERS_LOCK:
+        root.mkdir(parents=True, exist_ok=True)
+        _TEMP_ROOT[:] = [root]
+
+
+def checkpoint_folder(spec: ModelSpec, seed: int = 0) -> Path:
+    """The folder of ``spec``, written once per process into a temporary root removed at exit,
+    or once per run into the folder :data:`SHARED_FOLDERS_ENV` names."""
+    spec = spec.checkpoint
+    with _FOLDERS_LOCK:
+        key = (spec, seed)
+        if key not in _FOLDERS:
+            shared = os.environ.get(SHARED_FOLDERS_ENV)
+            if shared:
+                _FOLDERS[key] = _shared_folder(Path(shared), spec, seed)
+                return _FOLDERS[key]
+            if not _TEMP_ROOT:
+                root = Path(tempfile.mkdtemp(prefix="nemotron-vl-checkpoints-"))
+                atexit.register(shutil.rmtree, root, ignore_errors=True)
+                _TEMP_ROOT.append(root)
+            folder = _TEMP_ROOT[0] / f"{spec.slug}-seed{seed}"
+            from harness.checkpoints.writer import write_checkpoint
+
+            _FOLDERS[key] = write_checkpoint(spec, folder, seed=seed)
+        return _FOLDERS[key]
+
+
+_WEIGHTS: dict[tuple[ModelSpec, int], dict[str, torch.Tensor]] = {}
+
+
+def checkpoint_weights(spec: ModelSpec, seed: int = 0) -> dict[str, torch.Tensor]:
+    """The tensors of ``spec``'s folder by checkpoint name, read once per process: each call
+    gives a new dict (change it freely), the tensors are shared (never change them in place)."""
+    spec = spec.checkpoint
+    with _FOLDERS_LOCK:
+        key = (spec, seed)
+        if key not in _WEIGHTS:
+            from reference_impl.checkpoint import read_weights
+
+            _WEIGHTS[key] = read_weights(checkpoint_folder(spec, seed))
+        return dict(_WEIGHTS[key])
+
+
+@contextlib.contextmanager
+def reading_folder(spec: ModelSpec, folder: Path, seed: int = 0) -> Iterator[None]:
+    """Inside the block, :func:`checkpoint_folder` gives ``folder`` for ``spec`` (a folder
+    written elsewhere, for instance by the command line), so what reads it does not write
+    another."""
+    key = (spec.checkpoint, seed)
+    with _FOLDERS_LOCK:
+        before = _FOLDERS.get(key)
+        _FOLDERS[key] = folder
+        try:
+            yield
+        finally:
+            if before is None:
+                del _FOLDERS[key]
+            else:
+                _FOLDERS[key] = before

@@ -1,0 +1,235 @@
+"""What a checkpoint variant is: :class:`ModelSpec` and the reference config it is written from.
+
+:class:`ModelSpec` names a variant: the language model's shape (V2: Mamba, MLP and attention
+layers; Omni: Mamba, MoE and attention layers), static tiles or dynamic resolution, with or
+without audio, the video temporal patch ``T``, MTP layers, an ``fp8`` checkpoint, the dtype the
+weights are saved in. The vision tower is RADIO ``vit_small_patch16_224`` (384 wide, 12 layers):
+vLLM sizes RADIO from its model-name table with no depth override on this path, and this is the
+smallest entry.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+
+from harness import ROOT
+from reference_impl import presets
+from reference_impl.audio import AudioConfig
+from reference_impl.config import VLConfig
+from reference_impl.radio import RADIO_SIZES
+from reference_impl.shrink import minimal_vl_config
+from reference_impl.tokenizer import VOCAB_SIZE
+
+CONFIG_MODULE = ROOT / "fixtures" / "checkpoint" / "configuration_nano_nemotron_vl.py"
+RADIO_MODEL = "vit_small_patch16_224"
+AUTO_CONFIG = f"{CONFIG_MODULE.stem}.NanoNemotronVLConfig"
+
+
+#: Static tiles per image when the engine is not told otherwise (vLLM's and the reference's).
+DEFAULT_MAX_NUM_TILES = 12
+#: The dtypes a checkpoint folder can be saved in (``ModelSpec.checkpoint_dtype``).
+CHECKPOINT_DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32}
+_CHANGED_FIELD_SLUGS = (
+    ("max_num_tiles", "tiles"),
+    ("video_pruning_rate", "evs"),
+    ("hidden_size", "d"),
+    ("image_size", "px"),
+    ("projector_hidden_size", "proj"),
+    ("num_mel_bins", "mel"),
+)
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A variant of the tiny checkpoint, and the sizes the suites read from it.
+
+    The default is the V2-shaped language model (every kind vLLM builds on a CPU) with static
+    64 px tiles, ``T = 1`` and audio.
+    """
+
+    language_model: Literal["v2", "omni"] = "v2"
+    dynamic_resolution: bool = False
+    audio: bool = True
+    video_temporal_patch_size: int = 1
+    mtp: bool = False
+    audio_hop_length: int = 160  # the feature extractor's hop (Parakeet's default: 160)
+    max_model_len: int = 4096  # the engine's context (the dynamic tiler's budget)
+    audio_convolution_bias: bool = True  # False: the Omni form (biases still in the file)
+    quantization: Literal["none", "fp8"] = "none"  # "fp8": see :func:`fp8_checkpoint`
+    # The dtype the folder's weights are saved in (its config's ``torch_dtype``): vLLM's
+    # ``--dtype auto`` serves a bf16 folder in bf16, an fp32 one in its platform's half precision.
+    checkpoint_dtype: Literal["bfloat16", "float32"] = "bfloat16"
+    # A serving option, not a checkpoint field: the engine-level limit of static tiles per
+    # image (vLLM's processor option `max_num_tiles`, default 12), see `processor_options`.
+    max_num_tiles: int = DEFAULT_MAX_NUM_TILES
+    # A serving option too: EVS, the fraction of each video's tokens the model drops (vLLM's
+    # `--video-pruning-rate`). Left unchecked here on purpose: the target must refuse a rate
+    # outside [0, 1) itself, and the checks send some.
+    video_pruning_rate: float = 0.0
+
+    # Sizes shared by every variant.
+    hidden_size: int = 64
+    image_size: int = 64  # a static tile's side: a 4 x 4 patch grid, 4 embedding rows
+    projector_hidden_size: int = 64
+    num_mel_bins: int = 16
+
+    def __post_init__(self) -> None:
+        if self.language_model not in ("v2", "omni"):
+            raise ValueError(
+                f"ModelSpec.language_model: expected 'v2' or 'omni', got {self.language_model!r}"
+            )
+        if self.video_temporal_patch_size not in (1, 2):
+            raise ValueError(
+                "ModelSpec.video_temporal_patch_size: expected 1 or 2, got "
+                f"{self.video_temporal_patch_size!r}"
+            )
+        if self.quantization not in ("none", "fp8"):
+            raise ValueError(
+                f"ModelSpec.quantization: expected 'none' or 'fp8', got {self.quantization!r}"
+            )
+        if not 1 <= self.max_num_tiles <= DEFAULT_MAX_NUM_TILES:
+            raise ValueError(
+                f"ModelSpec.max_num_tiles: expected 1..{DEFAULT_MAX_NUM_TILES}, got "
+                f"{self.max_num_tiles!r}"
+            )
+        if self.checkpoint_dtype not in CHECKPOINT_DTYPES:
+            raise ValueError(
+                f"ModelSpec.checkpoint_dtype: expected one of {sorted(CHECKPOINT_DTYPES)}, got "
+                f"{self.checkpoint_dtype!r}"
+            )
+        if self.quantization == "fp8" and self.language_model != "v2":
+            raise ValueError(
+                "ModelSpec.quantization: 'fp8' is written for the 'v2' language model only (no "
+                f"MoE experts), got language_model={self.language_model!r}"
+            )
+
+    @property
+    def patch_size(self) -> int:
+        return 16
+
+    @property
+    def tokens_per_tile(self) -> int:
+        return self.vl_config().num_image_token
+
+    @property
+    def slug(self) -> str:
+        parts = [
+            self.language_model,
+            "dynamic" if self.dynamic_resolution else "static",
+            "audio" if self.audio else "no-audio",
+            f"t{self.video_temporal_patch_size}",
+        ]
+        if self.mtp:
+            parts.append("mtp")
+        if self.audio_hop_length != 160:
+            parts.append(f"hop{self.audio_hop_length}")
+        if self.max_model_len != 4096:
+            parts.append(f"len{self.max_model_len}")
+        if not self.audio_convolution_bias:
+            parts.append("no-conv-bias")
+        if self.quantization != "none":
+            parts.append(self.quantization)
+        if self.checkpoint_dtype != "bfloat16":
+            parts.append(f"saved-{self.checkpoint_dtype}")
+        # The other fields too, when changed: the slug names the folder, one per spec.
+        defaults = {f.name: f.default for f in dataclasses.fields(self)}
+        for name, short in _CHANGED_FIELD_SLUGS:
+            if getattr(self, name) != defaults[name]:
+                parts.append(f"{short}{getattr(self, name)}")
+        return "-".join(parts)
+
+    @property
+    def processor_options(self) -> dict[str, int]:
+        """The options the serving engine's processor starts with (vLLM's engine-level
+        ``mm_processor_kwargs``); none for the defaults."""
+        if self.max_num_tiles == DEFAULT_MAX_NUM_TILES:
+            return {}
+        return {"max_num_tiles": self.max_num_tiles}
+
+    @property
+    def checkpoint(self) -> ModelSpec:
+        """The spec of the checkpoint folder this variant serves: its serving options that no
+        file holds (the pruning rate) back at their defaults, so the variants share a folder."""
+        return dataclasses.replace(self, video_pruning_rate=0.0)
+
+    def vl_config(self) -> VLConfig:
+        """The reference config this checkpoint is written from."""
+        return _vl_config(self)
+
+
+_CONFIGS: dict[ModelSpec, VLConfig] = {}
+
+
+def _vl_config(spec: ModelSpec) -> VLConfig:
+    if spec in _CONFIGS:
+        return _CONFIGS[spec]
+    base = (
+        presets.nemotron_3_nano_omni()
+        if spec.language_model == "omni"
+        else presets.nemotron_nano_12b_v2_vl()
+    )
+    hidden, layers, heads, mlp = RADIO_SIZES[RADIO_MODEL]
+    text = {
+        "vocab_size": VOCAB_SIZE,
+        "hidden_size": spec.hidden_size,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "head_dim": spec.hidden_size // 4,
+        "mamba_num_heads": 4,
+        "mamba_head_dim": spec.hidden_size // 4,
+        "n_groups": 2,
+        "ssm_state_size": 16,
+        "chunk_size": 16,
+        "intermediate_size": 2 * spec.hidden_size,
+        "moe_intermediate_size": 32,
+        "moe_shared_expert_intermediate_size": 48,
+        "num_nextn_predict_layers": 1 if spec.mtp else 0,
+    }
+    vision = {
+        "model_name": RADIO_MODEL,
+        "hidden_size": hidden,
+        "num_layers": layers,
+        "num_heads": heads,
+        "mlp_size": mlp,
+        "patch_size": spec.patch_size,
+        "image_size": spec.image_size,
+        "cpe_max_size": 256,
+        "register_multiple": 8,
+        "video_temporal_patch_size": spec.video_temporal_patch_size,
+    }
+    sound = {
+        "hidden_size": 32,
+        "num_hidden_layers": 1,
+        "num_attention_heads": 4,
+        "intermediate_size": 64,
+        "subsampling_conv_channels": 8,
+        "projection_hidden_size": 48,
+        "num_mel_bins": spec.num_mel_bins,
+        "conv_kernel_size": 5,
+        "hop_length": spec.audio_hop_length,
+        "convolution_bias": spec.audio_convolution_bias,
+    }
+    overrides: dict[str, object] = {
+        "text_config": text,
+        "vision_config": vision,
+        "projector_hidden_size": spec.projector_hidden_size,
+        "force_image_size": spec.image_size,
+        "max_model_len": spec.max_model_len,
+        "dynamic_resolution": spec.dynamic_resolution,
+        "min_num_patches": 1,
+        "max_num_patches": 64 if spec.dynamic_resolution else 0,
+        "max_num_tiles": spec.max_num_tiles,
+    }
+    if spec.audio:
+        overrides["sound_config"] = sound
+    if spec.audio and base.sound_config is None:  # a V2-shaped LM with an audio tower
+        base = dataclasses.replace(base, sound_config=AudioConfig(llm_hidden_size=base.hidden_size))
+    elif not spec.audio:
+        base = dataclasses.replace(base, sound_config=None, has_audio=False)
+    config = minimal_vl_config(base, overrides=overrides)
+    _CONFIGS[spec] = config
+    return config

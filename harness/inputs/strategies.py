@@ -1,0 +1,224 @@
+"""Hypothesis strategies for multimodal inputs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from hypothesis import strategies as st
+
+from harness.checkpoints.serving import ServingConfig
+from harness.checkpoints.spec import ModelSpec
+from harness.inputs import model_kwargs
+from harness.inputs.media import audio_clip, embedding_rows, pil_image, video_clip
+from harness.inputs.model_kwargs import InputGroup
+from harness.inputs.requests import PLACEHOLDER, Items
+from harness.inputs.requests import Request as UserRequest
+
+#: Keyword arguments a model's ``embed_multimodal`` receives that name no multimodal input.
+UNRELATED_KWARGS: dict[str, object] = {
+    "input_ids": None,
+    "positions": None,
+    "intermediate_tensors": None,
+    "is_multimodal": None,
+    "request_id": "req-0",
+    "mm_hashes": ["abc"],
+}
+
+
+@dataclass
+class Request:
+    """One ``embed_multimodal`` call: groups in key order, plus ignorable extras."""
+
+    groups: list[InputGroup]
+    extras: dict[str, object] = field(default_factory=dict)
+
+    @property
+    def kwargs(self) -> dict[str, object]:
+        kwargs = model_kwargs.combine(self.groups)
+        for key, value in self.extras.items():
+            kwargs.setdefault(key, value)
+        return kwargs
+
+    @property
+    def num_items(self) -> int:
+        return sum(g.num_items for g in self.groups)
+
+
+@st.composite
+def input_groups(draw: st.DrawFn, spec: ModelSpec, form: str, *, ragged: bool = True) -> InputGroup:
+    """One group of ``form``; embedding lists have per-item row counts when ``ragged``."""
+    seed = draw(st.integers(0, 2**16))
+    n = draw(st.integers(1, 3))
+    if form in ("image_embeds", "video_embeds"):
+        stacked = draw(st.booleans())
+        rows = (
+            [draw(st.integers(1, 4))] * n
+            if stacked or not ragged
+            else draw(st.lists(st.integers(1, 4), min_size=n, max_size=n))
+        )
+        return model_kwargs.embeddings(spec, form, rows, stacked=stacked, seed=seed)
+    if form == "pixel_values_flat":
+        tiles = draw(st.lists(st.integers(1, 3), min_size=n, max_size=n))
+        return model_kwargs.image_pixels(spec, tiles, seed=seed)
+    if form == "pixel_values_flat_video":
+        frames = draw(st.lists(st.integers(1, 3), min_size=n, max_size=n))
+        return model_kwargs.video_pixels(spec, frames, seed=seed)
+    if form == "input_audio_features":
+        clips = draw(st.lists(st.integers(1, 2), min_size=n, max_size=n))
+        return model_kwargs.audio_features(spec, clips, seed=seed)
+    raise ValueError(f"form: expected one of {model_kwargs.FORMS}, got {form!r}")
+
+
+@st.composite
+def requests(
+    draw: st.DrawFn, spec: ModelSpec, *, ragged: bool = True, none_keys: bool = True
+) -> Request:
+    """A random subset of modalities, each in one form, in random key order, with unrelated
+    keyword arguments mixed in; with ``ragged``, embedding lists of per-item row counts; with
+    ``none_keys``, None-valued keys of absent forms."""
+    choices = {
+        "images": st.sampled_from(["image_embeds", "pixel_values_flat"]),
+        "videos": st.sampled_from(["video_embeds", "pixel_values_flat_video"]),
+    }
+    if spec.audio:
+        choices["audios"] = st.just("input_audio_features")
+    present = draw(st.lists(st.sampled_from(sorted(choices)), unique=True, max_size=3))
+    forms = [draw(choices[m]) for m in present]
+    groups = [draw(input_groups(spec, form, ragged=ragged)) for form in forms]
+    absent = [f for f in ("image_embeds", "video_embeds") if f not in forms and none_keys]
+    extras: dict[str, object] = {}
+    for key in draw(st.lists(st.sampled_from(absent), unique=True)) if absent else []:
+        extras[key] = None
+    for key in draw(st.lists(st.sampled_from(sorted(UNRELATED_KWARGS)), unique=True)):
+        extras[key] = UNRELATED_KWARGS[key]
+    return Request(groups=groups, extras=extras)
+
+
+# ---------------------------------------------------------------------------------------------
+# Requests at the engine's boundary (harness.inputs.requests): what a user may send, within bounds.
+
+
+@dataclass(frozen=True)
+class RequestBounds:
+    """The sizes user requests are drawn from (inclusive).
+
+    Wide enough to reach every tiling and clipping path (a 2,048 px side is 32 static tiles
+    wide; 70 s of audio is three 30 s clips), small enough that one request embeds in about a
+    second on a CPU with the tiny checkpoints.
+    """
+
+    images: tuple[int, int] = (1, 4)
+    image_side_px: tuple[int, int] = (8, 2048)
+    videos: tuple[int, int] = (1, 2)
+    video_frames: tuple[int, int] = (1, 16)
+    video_side_px: tuple[int, int] = (8, 128)
+    audios: tuple[int, int] = (1, 2)
+    audio_seconds: tuple[float, float] = (0.1, 70.0)
+    embedding_items: tuple[int, int] = (1, 5)
+    embedding_rows: tuple[int, int] = (1, 64)
+
+
+REQUEST_BOUNDS = RequestBounds()
+
+
+@st.composite
+def _media(draw: st.DrawFn, modality: str, bounds: RequestBounds) -> list[Any]:
+    """One modality's media items: PIL images, video clips or mono audio."""
+    seed = draw(st.integers(0, 2**16))
+    if modality == "image":
+        n = draw(st.integers(*bounds.images))
+        side = st.integers(*bounds.image_side_px)
+        return [pil_image(draw(side), draw(side), seed + i) for i in range(n)]
+    if modality == "video":
+        n = draw(st.integers(*bounds.videos))
+        side = st.integers(*bounds.video_side_px)
+        frames = st.integers(*bounds.video_frames)
+        return [video_clip(draw(frames), draw(side), draw(side), seed + i) for i in range(n)]
+    n = draw(st.integers(*bounds.audios))
+    seconds = st.floats(*bounds.audio_seconds, allow_nan=False)
+    return [audio_clip(draw(seconds), seed + i) for i in range(n)]
+
+
+@st.composite
+def _embeddings(draw: st.DrawFn, spec: ModelSpec, bounds: RequestBounds) -> Items:
+    """Precomputed embeddings: a stacked ``[n, f, h]`` tensor, or a list of ``[f_i, h]``."""
+    seed = draw(st.integers(0, 2**16))
+    n = draw(st.integers(*bounds.embedding_items))
+    rows = draw(st.lists(st.integers(*bounds.embedding_rows), min_size=n, max_size=n))
+    if draw(st.booleans()):  # stacked: one row count for every item
+        return torch.stack([embedding_rows(rows[0], spec.hidden_size, seed + i) for i in range(n)])
+    return [embedding_rows(r, spec.hidden_size, seed + i) for i, r in enumerate(rows)]
+
+
+def _prompt(draw: st.DrawFn, items: dict[str, Items]) -> str:
+    """Every item's placeholder, in a random interleaving, with a few words between them."""
+    placeholders = [PLACEHOLDER[m] for m, given in items.items() for _ in range(len(given))]
+    order = draw(st.permutations(placeholders))
+    words = st.sampled_from(["Look", "at", "this:", "and", "then", "hear", "the", "end."])
+    text = [" ".join(draw(st.lists(words, max_size=3))) for _ in range(len(order) + 1)]
+    return text[0] + "".join(f" {p} {t}" for p, t in zip(order, text[1:], strict=True))
+
+
+@st.composite
+def media_requests(
+    draw: st.DrawFn, spec: ModelSpec, bounds: RequestBounds = REQUEST_BOUNDS
+) -> UserRequest:
+    """A request with media of one to three modalities (audio only when the checkpoint has
+    it) within ``bounds``, their placeholders interleaved at random."""
+    modalities = ["image", "video", "audio"] if spec.audio else ["image", "video"]
+    present = draw(st.lists(st.sampled_from(modalities), min_size=1, max_size=3, unique=True))
+    items: dict[str, Items] = {m: draw(_media(m, bounds)) for m in present}
+    return UserRequest(
+        _prompt(draw, items),
+        images=items.get("image", []),
+        videos=items.get("video", []),
+        audios=items.get("audio", []),
+    )
+
+
+@st.composite
+def embedding_requests(
+    draw: st.DrawFn, spec: ModelSpec, modality: str, bounds: RequestBounds = REQUEST_BOUNDS
+) -> UserRequest:
+    """A request with precomputed embeddings of ``modality`` (``image`` or ``video``) within
+    ``bounds``."""
+    if modality not in ("image", "video"):
+        raise ValueError(f"modality: expected 'image' or 'video', got {modality!r}")
+    given = draw(_embeddings(spec, bounds))
+    prompt = _prompt(draw, {modality: given})
+    if modality == "image":
+        return UserRequest(prompt, images=given)
+    return UserRequest(prompt, videos=given)
+
+
+# ---------------------------------------------------------------------------------------------
+# Serving configurations
+
+#: The request-level serving options drawn with a request (harness.checkpoints.serving), from few
+#: values so that the models they need are built once: ``--max-model-len`` changes the built model.
+SERVED_CONTEXTS = (None, 96, 256, 1024)
+SERVED_TILE_LIMITS = (None, 1, 2, 6)
+SERVED_ITEM_LIMITS = (None, 0, 1, 2)
+
+
+@st.composite
+def serving_configs(draw: st.DrawFn) -> ServingConfig:
+    """A serving configuration a user may start the engine with, over the options that act on
+    a media request: the context, per-modality item limits, the processor's tile limit, and
+    embeddings accepted or not. ``--dtype`` is not drawn: test_serving_dtype runs every served
+    dtype through every tower path."""
+    limits = {
+        modality: limit
+        for modality in ("image", "video", "audio")
+        if (limit := draw(st.sampled_from(SERVED_ITEM_LIMITS), label=f"limit {modality}"))
+        is not None
+    }
+    tiles = draw(st.sampled_from(SERVED_TILE_LIMITS), label="max_num_tiles")
+    return ServingConfig(
+        enable_mm_embeds=draw(st.booleans(), label="enable_mm_embeds"),
+        limit_mm_per_prompt=limits,
+        max_model_len=draw(st.sampled_from(SERVED_CONTEXTS), label="max_model_len"),
+        mm_processor_kwargs={} if tiles is None else {"max_num_tiles": tiles},
+    )

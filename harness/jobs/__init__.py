@@ -1,0 +1,18 @@
+"""The commands users run, and what they read and write.
+
+- ``conformance``: the main job (``nemotron-vl-conformance``): every target's checks into one
+  report;
+- ``supervisor``: each target's pytest process watched from outside (time and memory limits,
+  restarts);
+- ``results``: the results schema and a run's verdict (:func:`~.results.run_status`);
+- ``report``: the conformance report, Markdown and JSON;
+- ``deviations``: the known-deviation files of ``fixtures/deviations/``;
+- ``gate``: the pull-request gate (``nemotron-vl-gate``), a base and a head of vLLM compared;
+- ``findings``: the reproductions of vLLM bugs against the installed vLLM
+  (``nemotron-vl-findings``);
+- ``bench_report``: speed goals over benchmarks (``nemotron-vl-bench-report``).
+
+May import: ``targets`` (the categories of a check's outcome), ``checkpoints`` (the shared
+folders), ``model_files``, ``environment``. Nothing here imports pytest's plugin: the jobs start
+pytest in processes of their own.
+"""

@@ -1,0 +1,222 @@
+"""The main job: run the conformance suites against each target and write one report.
+
+    nemotron-vl-conformance [--target T ...] [--device cpu|cuda] [--out reports]
+                                  [-- extra pytest arguments]
+
+Without ``--target``, every available target runs: ``reference``, and ``vllm`` when vLLM is
+installed. Each target runs in its own pytest process (a ``vllm-file:`` target replaces modules
+in ``sys.modules``, so targets never share a process), writing JUnit XML and per-check results;
+the report merges them into ``<out>/conformance.md`` and ``.json``.
+
+Each process is supervised (:mod:`harness.jobs.supervisor`): a check has a time limit
+(``--check-timeout SECONDS``), the process group a memory limit (``--memory-limit GIB``); a check
+past either FAILs and the suites go on from the next check in a new process, as they do after a
+crash (at most ``--max-restarts`` times per target). Ctrl-C or SIGTERM stops the run and still
+writes the report.
+
+Exit status: 0 every check passed or failed as a known deviation; 1 a check failed (a time or
+memory limit included); 2 the run is incomplete: a bad option, a target that failed to load or
+crashed, restarts that ran out, an interrupted run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import shlex
+import sys
+from importlib import metadata
+from pathlib import Path
+
+from harness import ROOT
+from harness.checkpoints.cache import shared_folders
+from harness.jobs.report import TargetRun, build_report, exit_status, write_report
+from harness.jobs.results import ResultsError, read_results
+from harness.jobs.supervisor import (
+    DEFAULT_CHECK_TIMEOUT_S,
+    DEFAULT_MAX_RESTARTS,
+    DEFAULT_MEMORY_LIMIT_GIB,
+    Interrupt,
+    Limits,
+    Supervisor,
+)
+
+SUITE = "suites/conformance"
+
+
+def available_targets() -> list[str]:
+    targets = ["reference"]
+    try:
+        metadata.version("vllm")
+        targets.append("vllm")
+    except metadata.PackageNotFoundError:
+        pass
+    return targets
+
+
+def slug(selector: str) -> str:
+    return re.sub(r"[^A-Za-z0-9]+", "-", selector).strip("-")[:60]
+
+
+def run_target(
+    selector: str,
+    device: str,
+    out_dir: Path,
+    extra: list[str],
+    limits: Limits,
+    interrupt: Interrupt,
+    label: str = "",
+) -> TargetRun:
+    results_path = out_dir / f"results-{slug(selector)}.json"
+    progress_path = out_dir / f".progress-{slug(selector)}"
+    results_path.unlink(missing_ok=True)
+
+    def command(resume: bool) -> list[str]:
+        # A resumed process writes its own JUnit file: the first one's is kept whole.
+        junit = out_dir / f"junit-{slug(selector)}{'-resumed' if resume else ''}.xml"
+        return [
+            sys.executable,
+            "-m",
+            "pytest",
+            SUITE,
+            f"--target={selector}",
+            f"--device={device}",
+            f"--results-json={results_path}",
+            f"--progress-file={progress_path}",
+            f"--junitxml={junit}",
+            "-p",
+            "no:cacheprovider",
+            "-q",
+            "-rfEX",
+            *(["--resume"] if resume else []),
+            *extra,
+        ]
+
+    print(f"\n=== conformance: {selector} ===\n$ {shlex.join(command(False))}", flush=True)
+    supervised = Supervisor(
+        command,
+        results=results_path,
+        progress=progress_path,
+        limits=limits,
+        cwd=ROOT,
+        interrupt=interrupt,
+        label=label,
+    ).run()
+    progress_path.unlink(missing_ok=True)
+    status = supervised.exit_status
+    if not results_path.is_file():
+        return TargetRun(
+            selector,
+            status,
+            None,
+            problem=f"pytest exited {status} before writing results: {supervised.last_words}",
+            supervised=supervised,
+        )
+    try:
+        results = read_results(results_path)
+    except ResultsError as e:
+        return TargetRun(selector, status, None, problem=str(e), supervised=supervised)
+    problem = ""
+    if results["stopped"]:
+        problem = results["stopped"]
+    elif results["complete"] and status not in (0, 1):
+        problem = f"pytest exited {status} (the harness could not run this target)"
+    elif not results["checks"] and not supervised.incidents:
+        problem = "no conformance checks ran"
+    return TargetRun(selector, status, results, problem, supervised=supervised)
+
+
+def split_pytest_args(argv: list[str] | None) -> tuple[list[str], list[str]]:
+    """A command line's own arguments and the pytest arguments after ``--``."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if "--" not in argv:
+        return argv, []
+    split = argv.index("--")
+    return argv[:split], argv[split + 1 :]
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv, extra = split_pytest_args(argv)
+    parser = argparse.ArgumentParser(
+        prog="nemotron-vl-conformance", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument(
+        "--target",
+        action="append",
+        dest="targets",
+        help="a target to run (repeatable); default: every available target",
+    )
+    parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    parser.add_argument(
+        "--out", type=Path, default=ROOT / "reports", help="report folder (default: reports/)"
+    )
+    parser.add_argument(
+        "--check-timeout",
+        type=float,
+        default=DEFAULT_CHECK_TIMEOUT_S,
+        metavar="SECONDS",
+        help=f"time limit of each check, set-up included (default: {DEFAULT_CHECK_TIMEOUT_S:g})",
+    )
+    parser.add_argument(
+        "--memory-limit",
+        type=float,
+        default=DEFAULT_MEMORY_LIMIT_GIB,
+        metavar="GIB",
+        help="resident memory limit of a target's processes, in GiB "
+        f"(default: {DEFAULT_MEMORY_LIMIT_GIB:g})",
+    )
+    parser.add_argument(
+        "--max-restarts",
+        type=int,
+        default=DEFAULT_MAX_RESTARTS,
+        metavar="N",
+        help="restarts per target after a fault (timeout, memory, crash) before the checks "
+        f"left are given up (default: {DEFAULT_MAX_RESTARTS})",
+    )
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as e:
+        return 0 if e.code == 0 else 2
+    try:
+        limits = Limits(args.check_timeout, args.memory_limit, args.max_restarts)
+    except ValueError as e:
+        option = {
+            "check_timeout_s": "--check-timeout",
+            "memory_limit_gib": "--memory-limit",
+            "max_restarts": "--max-restarts",
+        }
+        message = str(e)
+        for field_name, flag in option.items():
+            message = message.replace(f"Limits.{field_name}", flag)
+        print(f"nemotron-vl-conformance: error: {message}", file=sys.stderr)
+        return 2
+    targets = args.targets or available_targets()
+    out_dir = args.out.resolve()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    runs: list[TargetRun] = []
+    # Every target's processes, restarts included, read the checkpoint folders written once.
+    with shared_folders(), Interrupt().installed() as interrupt:
+        for selector in targets:
+            if interrupt:
+                runs.append(
+                    TargetRun(selector, 2, None, problem="not run: the run was interrupted")
+                )
+                continue
+            runs.append(run_target(selector, args.device, out_dir, extra, limits, interrupt))
+    command = "nemotron-vl-conformance " + shlex.join(argv + (["--", *extra] if extra else []))
+    report = build_report(runs, command=command.strip())
+    json_path, md_path = write_report(report, out_dir)
+    status = exit_status(report)
+    print(f"\nconformance report: {md_path} and {json_path.name}; exit status {status}")
+    for t in report["targets"]:
+        s = t["summary"]
+        print(
+            f"  {t['selector']}: {t['status']} — {s['pass']} pass, {s['xfail']} expected-fail, "
+            f"{s['fail']} fail, {s['xpass']} unexpected pass, {s['error']} error, {s['skip']} skip"
+            + (f" ({t['problem']})" if t["problem"] else "")
+        )
+    return status
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,399 @@
+"""The pull-request gate: what a change to the model's vLLM files broke or fixed.
+
+    nemotron-vl-gate --repo VLLM_CHECKOUT --base REV [--head REV] [--out DIR]
+                           [--cache DIR | --no-cache] [-- extra pytest arguments]
+
+From a vLLM checkout and two revisions (``--head`` omitted: the working tree), the gate finds the
+files of this model the change touches (:data:`GATE_PATHS`), writes each side's versions under
+``<out>/base/`` and ``<out>/head/``, runs the conformance suites on both as ``vllm-file:``
+targets over the installed vLLM (each supervised as in the main job), and compares them check by
+check. The delta report (``<out>/gate.md`` and ``gate.json``) lists:
+
+- regressions: checks that passed (or failed as a known deviation) on the base and fail on the
+  head, each with its message and the command that reruns it on the head's files;
+- fixed known deviations: the entry to delete from ``fixtures/deviations/vllm.toml``;
+- other fixes (a check failing on the base that passes on the head), new and removed checks;
+- the unchanged rest in one line.
+
+The base side's results are cached by the hashes of its files, the installed vLLM, the harness's
+own files and the pytest arguments (``--cache``, default ``~/.cache/nemotron-vl-gate``).
+
+Exit status: 0 no regression (fixed deviations are good news, not failures; a change touching
+none of the model's files exits 0 at once); 1 a regression; 2 a side could not run (a file that
+needs a newer vLLM says so), a bad option or revision.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from harness import ROOT
+from harness.checkpoints.cache import shared_folders
+from harness.jobs.conformance import run_target, split_pytest_args
+from harness.jobs.deviations import deviations_path
+from harness.jobs.report import TargetRun, build_report, run_status, write_report
+from harness.jobs.results import Outcome, ResultsError, TargetStatus, read_results
+from harness.jobs.supervisor import Interrupt, Limits
+from harness.targets.vllm.files import MODEL_FAMILY_MODULES
+
+#: The modules of this model, the gate looks for among a change's files.
+GATE_MODULES = (
+    *MODEL_FAMILY_MODULES,
+    "vllm.transformers_utils.configs.radio",
+    "vllm.transformers_utils.configs.parakeet",
+)
+#: Their paths in a vLLM checkout.
+GATE_PATHS = {name.replace(".", "/") + ".py": name for name in GATE_MODULES}
+FAILED = (Outcome.FAIL.value, Outcome.ERROR.value)
+MESSAGE_CHARS = 300
+DEFAULT_CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "nemotron-vl-gate"
+
+
+class GateError(RuntimeError):
+    """A bad repository, revision or option; the message names it."""
+
+
+def git(repo: Path, *args: str) -> str:
+    proc = subprocess.run(
+        ["git", "-C", str(repo), *args], capture_output=True, text=True, check=False
+    )
+    if proc.returncode != 0:
+        raise GateError(f"git {' '.join(args)} in {repo}: {proc.stderr.strip() or proc.stdout}")
+    return proc.stdout
+
+
+def touched_model_files(repo: Path, base: str, head: str | None) -> list[str]:
+    """The model's files (paths from the checkout's root) that differ between the sides."""
+    names = git(repo, "diff", "--name-only", base, *([head] if head else []), "--")
+    return sorted(path for path in names.splitlines() if path in GATE_PATHS)
+
+
+def export_side(repo: Path, rev: str | None, paths: list[str], dest: Path) -> list[Path]:
+    """The files as they are at ``rev`` (None: the working tree) under ``dest``, keeping their
+    paths from the checkout's root; a file absent on that side is left out."""
+    written = []
+    for path in paths:
+        if rev is None:
+            source = repo / path
+            if not source.is_file():
+                continue
+            content = source.read_bytes()
+        else:
+            proc = subprocess.run(
+                ["git", "-C", str(repo), "show", f"{rev}:{path}"], capture_output=True, check=False
+            )
+            if proc.returncode != 0:
+                continue  # added or deleted by the change
+            content = proc.stdout
+        out = dest / path
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_bytes(content)
+        written.append(out)
+    return written
+
+
+def selector_for(files: list[Path]) -> str:
+    """The side's target: its files over the installed vLLM, or the installed vLLM itself."""
+    return "vllm-file:" + ",".join(str(f) for f in files) if files else "vllm"
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def harness_fingerprint() -> str:
+    """The harness's own files that decide a check's outcome: suites, fixtures, harness code."""
+    digest = hashlib.sha256()
+    for folder, pattern in (
+        ("harness", "**/*.py"),
+        ("suites/conformance", "*.py"),
+        ("fixtures/deviations", "*.toml"),
+        ("reference_impl", "*.py"),
+    ):
+        for path in sorted((ROOT / folder).glob(pattern)):
+            digest.update(
+                str(path.relative_to(ROOT)).encode() + _sha256(path.read_bytes()).encode()
+            )
+    return digest.hexdigest()
+
+
+def cache_key(files: list[Path], side_root: Path, extra: list[str]) -> str:
+    parts = [f"{f.relative_to(side_root)}={_sha256(f.read_bytes())}" for f in files]
+    parts += [f"vllm={metadata.version('vllm')}", f"harness={harness_fingerprint()}"]
+    parts += [f"args={shlex.join(extra)}"]
+    return _sha256("\n".join(parts).encode())[:32]
+
+
+@dataclass
+class Side:
+    name: str  # "base" or "head"
+    rev: str  # a revision, or "working tree"
+    files: list[Path]
+    run: TargetRun
+    seconds: float
+    cached: bool = False
+
+    @property
+    def status(self) -> str:
+        return run_status(self.run).value
+
+    @property
+    def outcomes(self) -> dict[str, dict[str, Any]]:
+        return {c["id"]: dict(c) for c in self.run.checks}
+
+
+def run_side(
+    name: str,
+    rev: str,
+    files: list[Path],
+    out: Path,
+    extra: list[str],
+    limits: Limits,
+    interrupt: Interrupt,
+    cache: Path | None,
+) -> Side:
+    side_out = out / name
+    key_file: Path | None = None
+    if cache is not None:
+        key_file = cache / cache_key(files, side_out / "src", extra) / "results.json"
+        if key_file.is_file():
+            try:
+                results = read_results(key_file)
+            except ResultsError:
+                pass
+            else:
+                run = TargetRun(selector_for(files), results["exit_status"] or 0, results)
+                return Side(name, rev, files, run, 0.0, cached=True)
+    start = time.monotonic()
+    run = run_target(selector_for(files), "cpu", side_out, extra, limits, interrupt, label=name)
+    side = Side(name, rev, files, run, round(time.monotonic() - start, 1))
+    write_report(build_report([run], command=f"gate {name} side ({rev})"), side_out)
+    if key_file is not None and run.results is not None and side.status in ("ok", "failed"):
+        key_file.parent.mkdir(parents=True, exist_ok=True)
+        key_file.write_text(json.dumps(run.results, indent=2) + "\n")
+    return side
+
+
+def skipped_side(name: str, rev: str, files: list[Path], why: str) -> Side:
+    """A side the gate did not run; its problem says why."""
+    run = TargetRun(selector_for(files), 2, None, problem=f"not run: {why}")
+    return Side(name, rev, files, run, 0.0)
+
+
+@dataclass
+class Delta:
+    regressions: list[dict[str, Any]] = field(default_factory=list)
+    fixed_deviations: list[dict[str, Any]] = field(default_factory=list)
+    fixes: list[dict[str, Any]] = field(default_factory=list)
+    new: list[str] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+    unchanged: dict[str, int] = field(default_factory=dict)
+
+
+def compare(base: dict[str, dict[str, Any]], head: dict[str, dict[str, Any]]) -> Delta:
+    """Check by check, the base's outcome against the head's."""
+    delta = Delta()
+    for check in sorted(set(base) | set(head)):
+        b, h = base.get(check), head.get(check)
+        if b is None:
+            delta.new.append(check)
+        elif h is None:
+            delta.removed.append(check)
+        elif h["outcome"] in FAILED and b["outcome"] not in FAILED:
+            delta.regressions.append({"id": check, "base": b["outcome"], "head": h})
+        elif h["outcome"] == Outcome.XPASS and b["outcome"] != Outcome.XPASS:
+            delta.fixed_deviations.append({"id": check, "base": b["outcome"], "head": h})
+        elif b["outcome"] in FAILED and h["outcome"] not in FAILED:
+            delta.fixes.append({"id": check, "base": b["outcome"], "head": h})
+        else:
+            key = h["outcome"] if h["outcome"] == b["outcome"] else f"{b['outcome']}→{h['outcome']}"
+            delta.unchanged[key] = delta.unchanged.get(key, 0) + 1
+    return delta
+
+
+def rerun_command(check: str, head: Side) -> str:
+    return shlex.join(
+        [
+            "python",
+            "-m",
+            "pytest",
+            check,
+            f"--target={selector_for(head.files)}",
+        ]
+    )
+
+
+def gate_status(base: Side, head: Side, delta: Delta) -> int:
+    for side in (base, head):
+        if side.status not in (TargetStatus.OK, TargetStatus.FAILED):
+            return 2
+    return 1 if delta.regressions else 0
+
+
+def render(
+    repo: Path,
+    touched: list[str],
+    base: Side,
+    head: Side,
+    delta: Delta,
+    status: int,
+) -> str:
+    verdict = {
+        0: "no regression",
+        1: f"{len(delta.regressions)} regression(s)",
+        2: "a side could not run",
+    }[status]
+    lines = [
+        f"# Gate: `{repo}` {base.rev} → {head.rev}",
+        "",
+        f"**{verdict}** (exit status {status}). Model files touched: "
+        + ", ".join(f"`{p}`" for p in touched)
+        + ".",
+        "",
+    ]
+    for side in (base, head):
+        problem = f" — {side.run.problem}" if side.run.problem else ""
+        how = "cached results" if side.cached else f"{side.seconds:g} s"
+        lines.append(f"- {side.name} ({side.rev}): {side.status}{problem} ({how})")
+    lines += ["", f"## Regressions ({len(delta.regressions)})", ""]
+    for entry in delta.regressions:
+        message = " ".join(entry["head"]["reason"].split())
+        if len(message) > MESSAGE_CHARS:
+            message = message[: MESSAGE_CHARS - 3] + "..."  # whole in gate.json
+        lines += [
+            f"- `{entry['id']}`: {entry['base']} → **{entry['head']['outcome']}**: {message}",
+            f"  rerun: `{rerun_command(entry['id'], head)}`",
+        ]
+    deviation_file = deviations_path("vllm").relative_to(ROOT)
+    lines += [
+        "",
+        f"## Fixed known deviations ({len(delta.fixed_deviations)}): delete their entries from "
+        f"`{deviation_file}`",
+        "",
+    ]
+    lines += [f"- `{entry['id']}`" for entry in delta.fixed_deviations]
+    lines += ["", f"## Other fixes ({len(delta.fixes)})", ""]
+    lines += [
+        f"- `{entry['id']}`: {entry['base']} → {entry['head']['outcome']}" for entry in delta.fixes
+    ]
+    if delta.new or delta.removed:
+        lines += [
+            "",
+            f"## New checks ({len(delta.new)}), removed checks ({len(delta.removed)})",
+            "",
+        ]
+        lines += [f"- new: `{c}`" for c in delta.new] + [f"- removed: `{c}`" for c in delta.removed]
+    unchanged = ", ".join(f"{n} {what}" for what, n in sorted(delta.unchanged.items()))
+    lines += ["", f"Unchanged: {sum(delta.unchanged.values())} checks ({unchanged or 'none'}).", ""]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv, extra = split_pytest_args(argv)
+    parser = argparse.ArgumentParser(prog="nemotron-vl-gate", description=__doc__.splitlines()[0])
+    parser.add_argument("--repo", type=Path, required=True, help="a vLLM git checkout")
+    parser.add_argument("--base", required=True, help="the base revision")
+    parser.add_argument(
+        "--head", default=None, help="the changed revision (default: the working tree)"
+    )
+    parser.add_argument("--out", type=Path, default=ROOT / "reports" / "gate")
+    parser.add_argument("--cache", type=Path, default=DEFAULT_CACHE)
+    parser.add_argument("--no-cache", action="store_true", help="run the base side even if cached")
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as e:
+        return 0 if e.code == 0 else 2
+    repo: Path = args.repo.resolve()
+    try:
+        if not (repo / ".git").exists():
+            raise GateError(f"--repo: expected a git checkout, got {repo} (no .git)")
+        touched = touched_model_files(repo, args.base, args.head)
+    except GateError as e:
+        print(f"nemotron-vl-gate: error: {e}", file=sys.stderr)
+        return 2
+    head_rev = args.head or "working tree"
+    out: Path = args.out.resolve()
+    shutil.rmtree(out, ignore_errors=True)
+    if not touched:
+        message = (
+            f"gate: {args.base} → {head_rev} touches none of the model's files "
+            f"({', '.join(sorted(GATE_PATHS))}): nothing to check"
+        )
+        out.mkdir(parents=True)
+        (out / "gate.md").write_text(f"# Gate: `{repo}` {args.base} → {head_rev}\n\n{message}\n")
+        (out / "gate.json").write_text(
+            json.dumps(
+                {
+                    "repo": str(repo),
+                    "base": args.base,
+                    "head": head_rev,
+                    "touched": [],
+                    "exit_status": 0,
+                },
+                indent=2,
+            )
+            + "\n"
+        )
+        print(message)
+        return 0
+    print(f"gate: model files touched: {', '.join(touched)}", flush=True)
+    limits = Limits()
+    cache = None if args.no_cache else args.cache
+    with shared_folders(), Interrupt().installed() as interrupt:
+        base_files = export_side(repo, args.base, touched, out / "base" / "src")
+        head_files = export_side(repo, args.head, touched, out / "head" / "src")
+        # One side after the other: run at once on a 2-core machine they took 211 s, not 147 s
+        # (torch's threads of both processes contend); the base side's cache is the saving.
+        # The head first: a head that cannot run (an import vLLM lacks) ends the gate without
+        # the base side's run, whose results it could not be compared with.
+        head = run_side("head", head_rev, head_files, out, extra, limits, interrupt, None)
+        if head.status == TargetStatus.COULD_NOT_RUN:
+            base = skipped_side("base", args.base, base_files, "the head side could not run")
+        else:
+            base = run_side("base", args.base, base_files, out, extra, limits, interrupt, cache)
+    delta = compare(base.outcomes, head.outcomes)
+    status = gate_status(base, head, delta)
+    markdown = render(repo, touched, base, head, delta, status)
+    (out / "gate.md").write_text(markdown)
+    document = {
+        "repo": str(repo),
+        "base": args.base,
+        "head": head_rev,
+        "touched": touched,
+        "exit_status": status,
+        "sides": {
+            side.name: {
+                "selector": selector_for(side.files),
+                "status": side.status,
+                "problem": side.run.problem,
+                "seconds": side.seconds,
+                "cached": side.cached,
+            }
+            for side in (base, head)
+        },
+        "regressions": [e | {"rerun": rerun_command(e["id"], head)} for e in delta.regressions],
+        "fixed_deviations": delta.fixed_deviations,
+        "fixes": delta.fixes,
+        "new": delta.new,
+        "removed": delta.removed,
+        "unchanged": delta.unchanged,
+    }
+    (out / "gate.json").write_text(json.dumps(document, indent=2) + "\n")
+    print(f"\n{markdown}\ngate report: {out / 'gate.md'}; exit status {status}")
+    return status
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

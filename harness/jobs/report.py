@@ -1,0 +1,485 @@
+"""The conformance report: one row per check, one column per target run.
+
+Input: the per-target results the pytest plugin writes (``--results-json``). Output:
+``conformance.json`` (everything, machine-readable) and ``conformance.md`` (for people and CI
+summaries), including each target's identity (name, version, file hashes) and known deviations.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from harness.jobs.results import (
+    FAILING,
+    SCHEMA_VERSION,
+    CheckResult,
+    IncidentKind,
+    Outcome,
+    Report,
+    TargetResults,
+    TargetStatus,
+)
+from harness.jobs.supervisor import Supervised
+
+SHORT_PREFIX = "suites/conformance/"
+
+
+@dataclass(frozen=True)
+class TargetRun:
+    """One target's pytest run: what the plugin wrote, or why nothing usable came back."""
+
+    selector: str
+    exit_status: int
+    results: TargetResults | None
+    problem: str = ""  # set when the harness could not run this target
+    supervised: Supervised | None = None  # what the supervisor saw (faults, restarts, memory)
+
+    @property
+    def checks(self) -> list[CheckResult]:
+        return self.results["checks"] if self.results is not None else []
+
+    @property
+    def label(self) -> str:
+        if self.results is not None:
+            return str(self.results["target"]["name"])
+        return self.selector
+
+
+def _cell(check: dict[str, Any] | None) -> str:
+    if check is None:
+        return "—"
+    outcome, reason = check["outcome"], check.get("reason", "")
+    runs_on = f" [{check['runs_on']}]" if check.get("runs_on") else ""
+    if check.get("self_consistency"):
+        runs_on += " (self-consistency)"
+    if outcome == "pass":
+        return "pass" + runs_on
+    label = {"fail": "**FAIL**", "error": "**ERROR**", "xpass": "**XPASS**"}.get(outcome, outcome)
+    reason = " ".join(reason.split())
+    if len(reason) > 160:
+        reason = reason[:157] + "..."
+    if check.get("actual_cause"):
+        actual = check["actual_cause"]
+        reason += " — actual: " + (actual[:157] + "..." if len(actual) > 160 else actual)
+    cell = f"{label}{runs_on}: {reason}" if reason else label + runs_on
+    return cell.replace("|", "\\|")
+
+
+def summarize(run: TargetRun) -> dict[str, int]:
+    counts = {o.value: 0 for o in Outcome}
+    for check in run.checks:
+        counts[check["outcome"]] = counts.get(check["outcome"], 0) + 1
+    return counts
+
+
+def _runs_on_counts(run: TargetRun) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for check in run.checks:
+        key = check.get("runs_on") or "unmarked"
+        counts[key] = counts.get(key, 0) + 1
+    return counts
+
+
+def _by_serving(run: TargetRun) -> dict[str, dict[str, Any]]:
+    """The run's outcomes grouped by the serving configuration each check ran under."""
+    groups: dict[str, dict[str, Any]] = {}
+    for check in run.checks:
+        name = check.get("serving") or "default"
+        group = groups.setdefault(
+            name, {"args": list(check.get("serving_args", [])), "outcomes": {}}
+        )
+        outcomes = group["outcomes"]
+        outcomes[check["outcome"]] = outcomes.get(check["outcome"], 0) + 1
+    return dict(sorted(groups.items(), key=lambda item: (item[0] != "default", item[0])))
+
+
+def _deviations_by_reach(run: TargetRun) -> dict[str, list[str]]:
+    """The run's expected failures by how a user reaches them (the deviation's ``reach``)."""
+    groups: dict[str, list[str]] = {}
+    for check in run.checks:
+        if check["outcome"] == Outcome.XFAIL:
+            groups.setdefault(check.get("reach") or "unstated", []).append(check["id"])
+    return {reach: sorted(ids) for reach, ids in sorted(groups.items())}
+
+
+def _measured(run: TargetRun) -> dict[str, Any]:
+    """What the run's checks measured (parity errors), by check id."""
+    return {check["id"]: check["measured"] for check in run.checks if check.get("measured")}
+
+
+def run_status(run: TargetRun) -> TargetStatus:
+    """The target's status: faults the supervisor saw come first, then the checks' outcomes."""
+    incidents = run.supervised.incidents if run.supervised else []
+    kinds = {IncidentKind(i["kind"]) for i in incidents}
+    if IncidentKind.INTERRUPTED in kinds:
+        return TargetStatus.INTERRUPTED
+    if run.results is None or run.problem:
+        return TargetStatus.CRASHED if IncidentKind.CRASH in kinds else TargetStatus.COULD_NOT_RUN
+    if IncidentKind.CRASH in kinds:
+        return TargetStatus.CRASHED
+    if IncidentKind.GAVE_UP in kinds or any(i["check"] is None for i in incidents):
+        return TargetStatus.INCOMPLETE  # checks were left unrun
+    if not run.results["complete"] and not incidents:
+        return TargetStatus.INCOMPLETE
+    if any(summarize(run)[o] for o in FAILING) or run.exit_status not in (0, 5):
+        return TargetStatus.FAILED
+    return TargetStatus.OK
+
+
+def _supervision(run: TargetRun) -> dict[str, Any]:
+    supervised = run.supervised
+    if supervised is None:
+        return {
+            "incidents": [],
+            "restarts": 0,
+            "wall_s": None,
+            "peak_memory_gib": None,
+            "slowest_check": None,
+        }
+    slowest = supervised.slowest_check
+    return {
+        "incidents": list(supervised.incidents),
+        "wall_s": supervised.wall_s,
+        "restarts": supervised.restarts,
+        "peak_memory_gib": round(supervised.peak_memory_gib, 3),
+        "slowest_check": {"id": slowest[0], "wall_s": slowest[1]} if slowest else None,
+    }
+
+
+def build_report(runs: Sequence[TargetRun], command: str = "") -> Report:
+    check_ids: list[str] = []
+    for run in runs:
+        for check in run.checks:
+            if check["id"] not in check_ids:
+                check_ids.append(check["id"])
+    by_run = [{c["id"]: c for c in run.checks} for run in runs]
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "generated": datetime.now(UTC).isoformat(timespec="seconds"),
+        "command": command,
+        "targets": [
+            {
+                "selector": run.selector,
+                "identity": run.results["target"] if run.results else None,
+                "device": run.results["device"] if run.results else None,
+                "pytest_exit_status": run.exit_status,
+                "status": run_status(run),
+                "problem": run.problem,
+                "summary": summarize(run),
+                "stale_deviations": run.results["stale_deviations"] if run.results else [],
+                "build_timings": run.results["build_timings"] if run.results else {},
+                "runs_on": _runs_on_counts(run),
+                "by_serving": _by_serving(run),
+                "deviations_by_reach": _deviations_by_reach(run),
+                "measured": _measured(run),
+                **_supervision(run),
+            }
+            for run in runs
+        ],
+        "checks": [
+            {
+                "id": check_id,
+                "results": {
+                    run.selector: results.get(check_id)
+                    for run, results in zip(runs, by_run, strict=True)
+                },
+            }
+            for check_id in sorted(check_ids)
+        ],
+    }
+
+
+def exit_status(report: Report) -> int:
+    """0: every check passed or failed as a known deviation; 1: a check failed; 2: the run is
+    incomplete (a target could not run, crashed, ran out of restarts, or was interrupted)."""
+    statuses = [t["status"] for t in report["targets"]]
+    if not statuses or any(s not in (TargetStatus.OK, TargetStatus.FAILED) for s in statuses):
+        return 2
+    return 1 if TargetStatus.FAILED in statuses else 0
+
+
+def render_markdown(report: Report) -> str:
+    targets = report["targets"]
+    lines = [
+        "# Nano-Nemotron VL conformance report",
+        "",
+        f"Generated {report['generated']}"
+        + (f" by `{report['command']}`" if report["command"] else "")
+        + ".",
+        f"Overall: **{['ok', 'a check failed', 'the run is incomplete'][exit_status(report)]}** "
+        f"(exit status {exit_status(report)}).",
+        "",
+        "## Targets",
+        "",
+        "| target | version | device | status | pass | fail | expected-fail | unexpected pass"
+        " | skip | error |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for t in targets:
+        ident = t["identity"] or {}
+        s = t["summary"]
+        lines.append(
+            f"| `{t['selector']}` | {ident.get('version', '?')} | {t['device'] or '?'} | "
+            f"{t['status']} | {s['pass']} | {s['fail']} | {s['xfail']} | {s['xpass']} | "
+            f"{s['skip']} | {s['error']} |"
+        )
+    for t in targets:
+        if t["problem"]:
+            lines += ["", f"**`{t['selector']}` {t['status']}:** {t['problem']}"]
+    lines += _incident_section(targets)
+    lines += [
+        "",
+        "What the checks ran on (a real model: built by the target's own constructor, loaded "
+        "by its loader from the checkpoint folder or, for minimal-layer builds, with dummy "
+        "weights; LoRA manager: adapter folders loaded and applied by the target's own LoRA "
+        "machinery on such a model; real processing info: the target's processor for the "
+        "folder, its processor factory refusing; classes and functions: no instance, class "
+        "attributes included):",
+        "",
+    ]
+    for t in targets:
+        counts = ", ".join(f"{n} on {what}" for what, n in sorted(t.get("runs_on", {}).items()))
+        lines.append(f"- `{t['selector']}`: {counts or 'nothing recorded'}")
+    timed = [t for t in targets if t.get("build_timings")]
+    if timed:
+        lines += ["", "Building the real models (seconds):", ""]
+        for t in timed:
+            for what, steps in t["build_timings"].items():
+                parts = ", ".join(f"{k.removesuffix('_s')} {v}" for k, v in steps.items())
+                lines.append(f"- `{t['selector']}` {what}: {parts}")
+    lines += _serving_section(targets)
+    lines += _self_consistency_section(report)
+    lines += _reach_section(targets) + _measured_section(targets)
+    lines += ["", "Files under test:", ""]
+    for t in targets:
+        for path, digest in ((t["identity"] or {}).get("files") or {}).items():
+            lines.append(f"- `{t['selector']}`: `{path}` sha256 `{digest[:16]}…`")
+    lines += ["", "## Checks", ""]
+    header = "| check | serving | " + " | ".join(f"`{t['selector']}`" for t in targets) + " |"
+    lines += [header, "|---" * (len(targets) + 2) + "|"]
+    for check in report["checks"]:
+        results = [check["results"].get(t["selector"]) for t in targets]
+        serving = next((r.get("serving") for r in results if r and r.get("serving")), "default")
+        cells = [_cell(result) for result in results]
+        lines.append(
+            f"| `{check['id'].removeprefix(SHORT_PREFIX)}` | {serving} | "
+            + " | ".join(cells)
+            + " |"
+        )
+    stale = [(t["selector"], s) for t in targets for s in t["stale_deviations"]]
+    if stale:
+        lines += ["", "## Stale deviation entries (match no check; remove or rename them)", ""]
+        lines += [f"- `{sel}`: `{check}`" for sel, check in stale]
+    lines += [
+        "",
+        "Legend: *pass*; **FAIL** (a check failed, or a known deviation failed for another "
+        "reason than its pinned cause); *xfail* (a known deviation listed in "
+        "`fixtures/deviations/`, with its reason and the actual exception); **XPASS** (a known "
+        "deviation now passes: remove its entry); *skip* (not applicable here, with the reason).",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def _incident_section(targets: list[dict[str, Any]]) -> list[str]:
+    """Faults the supervisor handled: what, in which check, when; and each target's peak memory
+    and slowest check (what the limits must leave room for)."""
+    lines: list[str] = []
+    for t in targets:
+        for incident in t.get("incidents") or []:
+            where = f"in `{incident['check']}`" if incident["check"] else "outside any check"
+            lines.append(
+                f"- `{t['selector']}` **{incident['kind']}** {where} at {incident['at_s']:g} s: "
+                f"{incident['detail']}"
+            )
+    if lines:
+        lines = [
+            "",
+            "Faults (the target process was killed or died; see `--check-timeout`, "
+            "`--memory-limit`, `--max-restarts`):",
+            "",
+            *lines,
+        ]
+    usage = [
+        f"- `{t['selector']}`: peak memory {t['peak_memory_gib']} GiB; slowest check "
+        f"{t['slowest_check']['wall_s']} s (`{t['slowest_check']['id']}`); "
+        f"{t['restarts']} restarts"
+        for t in targets
+        if t.get("peak_memory_gib") is not None and t.get("slowest_check")
+    ]
+    if usage:
+        lines += ["", "Supervision (wall time per check includes its set-up):", "", *usage]
+    return lines
+
+
+def _serving_section(targets: Sequence[dict[str, Any]]) -> list[str]:
+    """Each target's outcomes per serving configuration, with the command that serves it."""
+    names: dict[str, list[str]] = {}
+    for t in targets:
+        for name, group in t.get("by_serving", {}).items():
+            names.setdefault(name, group["args"])
+    if not names:
+        return []
+    lines = [
+        "",
+        "## Serving configurations",
+        "",
+        "Each check runs under one serving configuration (`harness/checkpoints/serving.py`): the "
+        "options of `vllm serve FOLDER` it changes from the default (the checkpoint's dtype, "
+        "vLLM's defaults, `--enable-mm-embeds`); the reference applies the same options in its "
+        "own terms.",
+        "",
+        "| configuration | options | " + " | ".join(f"`{t['selector']}`" for t in targets) + " |",
+        "|---" * (len(targets) + 2) + "|",
+    ]
+    for name, args in names.items():
+        cells = []
+        for t in targets:
+            outcomes = t.get("by_serving", {}).get(name, {}).get("outcomes", {})
+            cells.append(", ".join(f"{n} {o}" for o, n in sorted(outcomes.items())) or "—")
+        options = ("`" + " ".join(args) + "`" if args else "(none: vLLM's defaults)").replace(
+            "|", "\\|"
+        )
+        lines.append(f"| {name} | {options} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def _self_consistency_section(report: Report) -> list[str]:
+    """Checks whose expectation comes from the target itself (order, determinism, threads):
+    they catch a target that disagrees with itself, not one that is consistently wrong."""
+    found: dict[str, str] = {}
+    for check in report["checks"]:
+        for result in check["results"].values():
+            if result is not None and result.get("self_consistency"):
+                found[check["id"]] = result["self_consistency"]
+    if not found:
+        return []
+    lines = [
+        "",
+        f"Self-consistency checks ({len(found)}): each compares a target with itself, not with "
+        "an expectation from outside it (the other checks' expectations come from the "
+        "architecture's formulas, hand-worked tables or the other implementation):",
+        "",
+    ]
+    lines += [
+        f"- `{cid.removeprefix(SHORT_PREFIX)}`: {what}" for cid, what in sorted(found.items())
+    ]
+    return lines
+
+
+def _reach_section(targets: list[dict[str, Any]]) -> list[str]:
+    """Known deviations by how a user reaches them: a request, the engine's set-up, or only a
+    direct call of the model's methods (a contract no request reaches)."""
+    from harness.jobs.deviations import REACHES
+
+    lines: list[str] = []
+    for t in targets:
+        groups = t.get("deviations_by_reach") or {}
+        if not groups:
+            continue
+        lines += ["", f"Known deviations of `{t['selector']}` by how a user reaches them:", ""]
+        for reach, ids in groups.items():
+            what = REACHES.get(reach, "not stated in the deviation file")
+            lines.append(f"- **{reach}** ({len(ids)}): {what}")
+    return lines
+
+
+def _measured_section(targets: list[dict[str, Any]]) -> list[str]:
+    """What the checks measured, by kind (:data:`_MEASURED_KINDS`)."""
+    lines: list[str] = []
+    for t in targets:
+        by_kind: dict[str, list[tuple[str, str, dict[str, Any]]]] = {}
+        for check_id, items in sorted((t.get("measured") or {}).items()):
+            # A parametrised check by its parameter (the request form), another by its name.
+            form = (
+                check_id.rpartition("[")[2].rstrip("]")
+                if check_id.endswith("]")
+                else check_id.rpartition("::")[2]
+            )
+            for item, numbers in items.items():
+                by_kind.setdefault(numbers.get("kind", "parity"), []).append((form, item, numbers))
+        for kind, heading, render in _MEASURED_KINDS:
+            if kind in by_kind:
+                lines += ["", heading.format(f"`{t['selector']}`"), "", *render(by_kind[kind])]
+    return lines
+
+
+def _parity_lines(entries: list[tuple[str, str, dict[str, Any]]]) -> list[str]:
+    parts: dict[str, list[str]] = {}
+    for form, item, numbers in entries:
+        if numbers.get("exact"):
+            part = f"{item} exact"
+        else:
+            exact = numbers.get("separator_rows_exact", 0)
+            part = (
+                f"{item} {numbers['relative_error']:.2e} ≤ {numbers['bound']:.3g} "
+                f"({numbers['dtype']}" + (f"; {exact} separator rows exact)" if exact else ")")
+            )
+        parts.setdefault(form, []).append(part)
+    return [f"- {form}: " + ", ".join(items) for form, items in parts.items()]
+
+
+def _sensitivity_lines(entries: list[tuple[str, str, dict[str, Any]]]) -> list[str]:
+    return [
+        f"- {path}: {n['difference']:.3g} / {n['bound']:.3g} ({n['dtype']}) = {n['ratio']:.3g}x "
+        f"(at least {n['minimum_ratio']:g}x)"
+        for _, path, n in entries
+    ]
+
+
+def _feature_lines(entries: list[tuple[str, str, dict[str, Any]]]) -> list[str]:
+    return [
+        f"- {form} {item}: {n['max_abs_error']:.3g} ({n['dtype']}; atol {n['atol']:.3g}, "
+        f"rtol {n['rtol']:.3g})"
+        for form, item, n in entries
+    ]
+
+
+def _lora_lines(entries: list[tuple[str, str, dict[str, Any]]]) -> list[str]:
+    return [
+        f"- {module}: {n['max_token_error']:.3g} ≤ {n['bound']:.3g}" for _, module, n in entries
+    ]
+
+
+#: Each kind of measured numbers (a measured entry's ``kind``; parity when it has none): its
+#: heading and how its entries are listed.
+_MEASURED_KINDS: tuple[
+    tuple[str, str, Callable[[list[tuple[str, str, dict[str, Any]]]], list[str]]], ...
+] = (
+    (
+        "parity",
+        "Parity of {} with the reference (relative error per item, bound; exact where the rows "
+        "are given or looked up):",
+        _parity_lines,
+    ),
+    (
+        "sensitivity",
+        "Sensitivity of {} per path (relative difference of two inputs' rows, in parity bounds):",
+        _sensitivity_lines,
+    ),
+    (
+        "features",
+        "Features before the towers of {} against the reference's (largest elementwise error; "
+        "bound atol + rtol |x|):",
+        _feature_lines,
+    ),
+    (
+        "lora",
+        "LoRA layers of {} against W x + s B A x from the adapter files (largest relative error "
+        "of a token in a batch of three adapters and none, bound):",
+        _lora_lines,
+    ),
+)
+
+
+def write_report(report: Report, out_dir: Path) -> tuple[Path, Path]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    json_path, md_path = out_dir / "conformance.json", out_dir / "conformance.md"
+    json_path.write_text(json.dumps(report, indent=2) + "\n")
+    md_path.write_text(render_markdown(report))
+    return json_path, md_path

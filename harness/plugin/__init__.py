@@ -1,0 +1,25 @@
+"""The harness's pytest plugin. Loaded by the root ``conftest.py``.
+
+One module per concern, as pytest's own plugins are organised:
+
+- ``target``: ``--target`` / ``--device``, loading the target, its fixtures, the ``gpu``
+  marker's skip;
+- ``hypothesis``: the hypothesis profiles (``ci``, ``dev``, ``fuzz``) and the example database;
+- ``deviations``: a target's known deviations applied as strict xfails;
+- ``results``: per-check results written as JSON for the conformance report (the one writer of
+  a check's result);
+- ``checkpoints``: one set of checkpoint folders for the run and the processes it starts.
+
+May import: ``jobs`` (the results schema, the deviations file), ``targets``, ``inputs``,
+``checkpoints``.
+"""
+
+PLUGINS = (
+    "harness.plugin.hypothesis",
+    "harness.plugin.target",
+    "harness.plugin.deviations",
+    "harness.plugin.results",
+    "harness.plugin.checkpoints",
+)
+
+pytest_plugins = list(PLUGINS)

@@ -1,0 +1,88 @@
+"""Apply the target's known deviations (``fixtures/deviations/<target>.toml``) as strict xfails
+whose cause is pinned: an expected failure with another exception, or a message that does not
+match, is a failure naming both causes; the actual cause of every expected failure is recorded
+on its report (``user_properties["actual_cause"]``)."""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+from pathlib import Path
+
+import pytest
+
+from harness.jobs.deviations import (
+    Deviation,
+    DeviationFileError,
+    describe,
+    deviations_path,
+    load_deviations,
+)
+from harness.plugin.target import current_target
+
+DEVIATIONS_KEY = pytest.StashKey[dict[str, Deviation]]()
+APPLIED_KEY = pytest.StashKey[set[str]]()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.getgroup("nemotron-vl").addoption(
+        "--deviations",
+        default=None,
+        metavar="PATH",
+        help="known-deviation file to apply instead of fixtures/deviations/<target>.toml",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    option = config.getoption("--deviations")
+    path = Path(option) if option else deviations_path(current_target(config).deviations_name)
+    if option and not path.is_file():
+        pytest.exit(f"harness could not run: --deviations: {path}: no such file", returncode=2)
+    try:
+        config.stash[DEVIATIONS_KEY] = load_deviations(path)
+    except DeviationFileError as e:
+        pytest.exit(f"harness could not run: {e}", returncode=2)
+    config.stash[APPLIED_KEY] = set()
+
+
+def is_check(item: pytest.Item) -> bool:
+    """A conformance check is a test that runs against the target."""
+    return "target" in getattr(item, "fixturenames", ())
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    deviations = config.stash[DEVIATIONS_KEY]
+    applied = config.stash[APPLIED_KEY]
+    for item in items:
+        deviation = deviations.get(item.nodeid)
+        if deviation is not None and is_check(item):
+            item.add_marker(pytest.mark.xfail(reason=deviation.reason, strict=True))
+            applied.add(item.nodeid)
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """After the xfail marker has turned a failure into an expected one, check its cause."""
+    report = yield
+    deviation = item.config.stash[DEVIATIONS_KEY].get(item.nodeid)
+    if deviation is None or call.when != "call" or call.excinfo is None:
+        return report
+    exc = call.excinfo.value
+    if not getattr(report, "wasxfail", None):
+        return report
+    report.user_properties.append(("actual_cause", describe(exc)))
+    report.user_properties.append(("reach", deviation.reach))
+    different = deviation.cause_of(exc)
+    if different is not None:
+        del report.wasxfail  # set by pytest's skipping plugin
+        report.outcome = "failed"
+        report.longrepr = f"known deviation failed for another reason: {different}"
+    return report
+
+
+def stale_deviations(config: pytest.Config) -> list[str]:
+    """Entries that matched no collected check (renamed or removed checks)."""
+    listed: dict[str, Deviation] = config.stash[DEVIATIONS_KEY]
+    applied: set[str] = config.stash[APPLIED_KEY]
+    return sorted(set(listed) - applied)

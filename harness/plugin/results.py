@@ -1,0 +1,227 @@
+"""Record each conformance check's outcome as JSON (``--results-json PATH``) for the report.
+
+The file is rewritten (atomically) after collection and after every check, so a target process
+that dies keeps what it finished. Two more options serve the supervising main job
+(:mod:`harness.jobs.supervisor`): ``--progress-file PATH`` holds the id of the check now running
+(empty between checks), and ``--resume`` keeps the checks already in the results file and runs the
+rest.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from harness.checkpoints.serving import DEFAULT_SERVING, ServingConfig
+from harness.jobs.results import (
+    SCHEMA_VERSION,
+    CheckResult,
+    Outcome,
+    ResultsError,
+    TargetResults,
+    read_results,
+    replace_text,
+    write_results,
+)
+from harness.plugin.deviations import is_check, stale_deviations
+from harness.plugin.target import STOPPED_KEY, check_path, current_target
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.getgroup("nemotron-vl").addoption(
+        "--results-json",
+        default=None,
+        metavar="PATH",
+        help="write each conformance check's outcome and the target's identity to PATH",
+    )
+    parser.getgroup("nemotron-vl").addoption(
+        "--progress-file",
+        default=None,
+        metavar="PATH",
+        help="keep the id of the check now running in PATH (for a supervising process)",
+    )
+    parser.getgroup("nemotron-vl").addoption(
+        "--resume",
+        action="store_true",
+        help="keep the checks already in --results-json and run only the others",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if config.getoption("--resume") and not config.getoption("--results-json"):
+        raise pytest.UsageError("--resume: expected --results-json PATH to resume from, got none")
+    if config.getoption("--results-json"):
+        config.pluginmanager.register(ResultsRecorder(config), "nemotron-vl-results")
+    if config.getoption("--progress-file"):
+        config.pluginmanager.register(
+            ProgressFile(Path(config.getoption("--progress-file"))), "nemotron-vl-progress"
+        )
+
+
+class ProgressFile:
+    """The id of the check now running, for a supervisor that enforces time limits and names the
+    check a dead process was running."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        replace_text(path, "")
+
+    def pytest_runtest_logstart(self, nodeid: str) -> None:
+        replace_text(self.path, nodeid)
+
+    def pytest_runtest_logfinish(self, nodeid: str) -> None:
+        replace_text(self.path, "")
+
+
+def serving_of(item: pytest.Item) -> ServingConfig:
+    """The serving configuration a check runs under: the :class:`ServingConfig` among its
+    parameters, else :data:`DEFAULT_SERVING` (unless the check records another as its
+    ``serving`` property)."""
+    callspec = getattr(item, "callspec", None)
+    params = callspec.params.values() if callspec is not None else ()
+    found = [value for value in params if isinstance(value, ServingConfig)]
+    return found[0] if found else DEFAULT_SERVING
+
+
+def _message(report: pytest.TestReport) -> str:
+    crash = getattr(report.longrepr, "reprcrash", None)
+    if crash is not None:
+        return str(crash.message).strip()
+    if isinstance(report.longrepr, tuple):  # skips: (path, line, reason)
+        return str(report.longrepr[2]).removeprefix("Skipped: ")
+    lines = str(report.longrepr or "").strip().splitlines()
+    return lines[-1] if lines else ""
+
+
+def classify(report: pytest.TestReport) -> tuple[Outcome, str] | None:
+    """The outcome a report decides, with its reason; None when it decides nothing."""
+    xfail_reason = getattr(report, "wasxfail", None)
+    if report.when == "call":
+        if xfail_reason is not None:
+            if report.skipped:
+                return Outcome.XFAIL, xfail_reason
+            return Outcome.XPASS, f"unexpected pass of a known deviation: {xfail_reason}"
+        if report.passed:
+            return Outcome.PASS, ""
+        if report.failed:
+            message = _message(report)
+            if message.startswith("[XPASS(strict)]"):
+                reason = message.removeprefix("[XPASS(strict)]").strip()
+                return Outcome.XPASS, f"unexpected pass of a known deviation: {reason}"
+            return Outcome.FAIL, message
+        return Outcome.SKIP, _message(report)
+    if report.failed:
+        return Outcome.ERROR, f"{report.when}: {_message(report)}"
+    if report.skipped:
+        if xfail_reason is not None:
+            return Outcome.XFAIL, xfail_reason
+        return Outcome.SKIP, _message(report)
+    return None
+
+
+class ResultsRecorder:
+    """Collects one outcome per check and writes them when the session ends."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+        self.path = Path(config.getoption("--results-json"))
+        self.check_ids: set[str] = set()
+        self.runs_on: dict[str, str | None] = {}
+        self.serving: dict[str, ServingConfig] = {}
+        self.self_consistency: dict[str, str] = {}
+        self.results: dict[str, CheckResult] = {}
+        self.build_timings: dict[str, dict[str, float]] = {}
+        self.identity: dict[str, object] | None = None  # hashed once, written after every check
+        if config.getoption("--resume") and self.path.is_file():
+            try:
+                earlier = read_results(self.path)
+            except ResultsError as e:
+                raise pytest.UsageError(f"--resume: {e}") from e
+            self.results = {check["id"]: check for check in earlier["checks"]}
+            self.build_timings = dict(earlier["build_timings"])
+
+    @pytest.hookimpl(trylast=True)  # after the deviations are applied (stale-entry detection)
+    def pytest_collection_modifyitems(
+        self, config: pytest.Config, items: list[pytest.Item]
+    ) -> None:
+        self.check_ids = {item.nodeid for item in items if is_check(item)}
+        self.runs_on = {item.nodeid: check_path(item) for item in items if is_check(item)}
+        self.serving = {item.nodeid: serving_of(item) for item in items if is_check(item)}
+        self.self_consistency = {
+            item.nodeid: str(marker.args[0])
+            for item in items
+            if is_check(item) and (marker := item.get_closest_marker("self_consistency"))
+        }
+        done = [item for item in items if item.nodeid in self.results]
+        if done:  # resuming: what an earlier process finished is not run again
+            items[:] = [item for item in items if item.nodeid not in self.results]
+            config.hook.pytest_deselected(items=done)
+
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        self.write(exit_status=None, complete=False)
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if report.nodeid not in self.check_ids:
+            return
+        decided = classify(report)
+        if decided is None:
+            return
+        previous = self.results.get(report.nodeid)
+        if previous is not None and previous["outcome"] in (
+            Outcome.FAIL,
+            Outcome.ERROR,
+            Outcome.XPASS,
+        ):
+            return  # a teardown pass never hides a call failure
+        outcome, reason = decided
+        result = CheckResult(
+            id=report.nodeid,
+            outcome=outcome.value,
+            reason=reason,
+            runs_on=self.runs_on.get(report.nodeid),
+            serving=DEFAULT_SERVING.name,
+            duration_s=round(report.duration, 4),
+        )
+        properties = dict(report.user_properties)
+        # A check that makes its configuration inside says so with record_property("serving").
+        serving = properties.get("serving")
+        if not isinstance(serving, ServingConfig):
+            serving = self.serving.get(report.nodeid, DEFAULT_SERVING)
+        result["serving"], result["serving_args"] = serving.name, serving.cli_args()
+        if "actual_cause" in properties:  # the exception behind an expected failure
+            result["actual_cause"] = str(properties["actual_cause"])
+        if "reach" in properties:  # how a user reaches the known deviation
+            result["reach"] = str(properties["reach"])
+        measured = properties.get("measured")
+        if isinstance(measured, dict) and measured:  # numbers the check measured (parity)
+            result["measured"] = measured
+        if report.nodeid in self.self_consistency:
+            result["self_consistency"] = self.self_consistency[report.nodeid]
+        self.results[report.nodeid] = result
+
+    def pytest_runtest_logfinish(self, nodeid: str) -> None:
+        if nodeid in self.check_ids:
+            self.write(exit_status=None, complete=False)
+
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        self.write(exit_status=int(exitstatus), complete=True)
+
+    def write(self, *, exit_status: int | None, complete: bool) -> None:
+        target = current_target(self.config)
+        if self.identity is None:
+            selector = self.config.getoption("--target")
+            self.identity = target.identity().as_dict() | {"selector": selector}
+        payload = TargetResults(
+            schema_version=SCHEMA_VERSION,
+            target=self.identity,
+            device=self.config.getoption("--device"),
+            exit_status=exit_status,
+            complete=complete,
+            stopped=self.config.stash.get(STOPPED_KEY, ""),
+            selected=len(self.check_ids),
+            checks=sorted(self.results.values(), key=lambda r: r["id"]),
+            stale_deviations=stale_deviations(self.config) if self.check_ids else [],
+            build_timings=self.build_timings | dict(target.timings),
+        )
+        write_results(self.path, payload)
