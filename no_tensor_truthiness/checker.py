@@ -11,20 +11,10 @@ import re
 from collections.abc import Sequence
 from dataclasses import replace
 
+from no_tensor_truthiness.evaluation import DEFAULT_TENSOR_KEY
 from no_tensor_truthiness.finding import Finding, Fix
-from no_tensor_truthiness.inference import (
-    DEFAULT_TENSOR_KEY,
-    FLAGGED,
-    Inference,
-    Kind,
-    Oracle,
-    all_args,
-    element_of,
-    is_self_attr,
-    items,
-    join_envs,
-    mapping,
-)
+from no_tensor_truthiness.inference import Inference
+from no_tensor_truthiness.kinds import FLAGGED, Kind, Oracle, element_of, items, join_envs, mapping
 from no_tensor_truthiness.noqa import suppressed
 from no_tensor_truthiness.rules import ASSERT as ASSERT_RULE
 from no_tensor_truthiness.rules import (
@@ -40,6 +30,7 @@ from no_tensor_truthiness.rules import (
     message,
 )
 from no_tensor_truthiness.rules import COMPREHENSION_FILTER as FILTER
+from no_tensor_truthiness.syntax import all_args, is_self_attr
 
 __all__ = ["DEFAULT_TENSOR_KEY", "ModuleChecker", "check_source"]
 

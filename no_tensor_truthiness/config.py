@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from no_tensor_truthiness.inference import DEFAULT_TENSOR_KEY
+from no_tensor_truthiness.evaluation import DEFAULT_TENSOR_KEY
 from no_tensor_truthiness.rules import ALWAYS_REPORTED, RULES
 
 DEFAULT_EXCLUDE = (

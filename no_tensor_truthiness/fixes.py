@@ -16,8 +16,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from no_tensor_truthiness.checker import check_source
+from no_tensor_truthiness.evaluation import DEFAULT_TENSOR_KEY
 from no_tensor_truthiness.finding import Finding, Fix
-from no_tensor_truthiness.inference import DEFAULT_TENSOR_KEY
 
 MAX_ROUNDS = 10
 _LINE_START = re.compile(r"\r\n|\r|\n")  # the line breaks `ast` counts lines by

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from no_tensor_truthiness.inference import Kind
+from no_tensor_truthiness.kinds import Kind
 
 FILE_NOT_CHECKED = "TB000"
 IF = "TB001"

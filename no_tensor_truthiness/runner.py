@@ -24,8 +24,8 @@ from typing import Any
 
 from no_tensor_truthiness.checker import check_source
 from no_tensor_truthiness.config import LintConfig
+from no_tensor_truthiness.evaluation import DEFAULT_TENSOR_KEY
 from no_tensor_truthiness.finding import Finding, Fix
-from no_tensor_truthiness.inference import DEFAULT_TENSOR_KEY
 from no_tensor_truthiness.rules import FILE_NOT_CHECKED, INTERNAL_ERROR
 
 VERSION = "3"

@@ -18,7 +18,7 @@ from typing import Any
 from no_tensor_truthiness.checker import check_source
 from no_tensor_truthiness.config import LintConfig
 from no_tensor_truthiness.finding import Finding
-from no_tensor_truthiness.inference import Kind
+from no_tensor_truthiness.kinds import Kind
 
 TENSOR_NAMES = frozenset({"torch.Tensor", "torch._tensor.Tensor"})
 

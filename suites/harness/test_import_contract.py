@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from no_tensor_truthiness.inference import (
+from no_tensor_truthiness.syntax import (
     top_level,  # module-level statements, into if / try blocks
 )
 
