@@ -11,16 +11,18 @@ whose tensor names are the checkpoint's:
   language model has MTP layers;
 - ``sound_encoder.encoder.*`` and ``sound_projection.{norm,linear1,linear2}.*``: Parakeet.
 
-This module reads and writes that form for the reference: :func:`vl_config_to_hf_dict` /
-:func:`vl_config_from_hf_dict`, :func:`checkpoint_state_dict` (the inverse of
-:func:`reference_impl.weights.load_vl_checkpoint`) and :func:`load_folder`.
+This module holds the checkpoint's naming, both ways, and reads and writes that form for the
+reference: :func:`vl_config_to_hf_dict` / :func:`vl_config_from_hf_dict`;
+:func:`checkpoint_state_dict` (the model's weights under those names) and its inverse
+:func:`load_vl_checkpoint` (routing each name to its module, the language model's tensors
+through :mod:`reference_impl.weights`); :func:`load_folder`.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, cast
 
@@ -32,13 +34,31 @@ from reference_impl.audio import AudioConfig
 from reference_impl.config import NemotronHConfig, VLConfig
 from reference_impl.errors import ConfigError
 from reference_impl.model import NanoNemotronVLForConditionalGeneration
-from reference_impl.radio import RADIO_SIZES, RadioConfig
+from reference_impl.radio import RADIO_SIZES, RadioConfig, RadioVisionModel
+from reference_impl.weights import EXPERT_WEIGHT, WeightLoadError, load_state_dict
 
 ARCHITECTURE = "NemotronH_Nano_VL_V2"
 #: The connector's LayerNorm, as checkpoints trained with MTP name it.
 VISION_NORM_PREFIX = "vision_projector.vision_final_layernorm."
-#: ``sound_projection.<part>`` names of the projection's layers (``nn.Sequential`` indices).
+#: ``sound_projection.<part>`` names of the projection's layers, by ``nn.Sequential`` index.
 SOUND_PROJECTION_PARTS = {"0": "norm", "1": "linear1", "3": "linear2"}
+#: The projection's ``nn.Sequential`` index of each checkpoint name (the table above inverted).
+SOUND_PROJECTION_INDEX = {part: index for index, part in SOUND_PROJECTION_PARTS.items()}
+#: Checkpoint prefixes of the towers and the connector (skipped in text-only mode).
+TOWER_PREFIXES: tuple[str, ...] = (
+    "vision_model.",
+    "mlp1.",
+    "vision_projector.",
+    "sound_encoder.",
+    "sound_projection.",
+)
+#: Parakeet's convolution biases: absent from the encoder when ``convolution_bias = False``, yet
+#: carried by released checkpoints of that config (vLLM #40007 skips them when loading).
+CONV_BIAS_SUFFIXES = (
+    ".conv.pointwise_conv1.bias",
+    ".conv.depthwise_conv.bias",
+    ".conv.pointwise_conv2.bias",
+)
 #: Top-level fields of ``config.json`` that are :class:`VLConfig` fields of the same name.
 TOP_LEVEL_FIELDS = (
     "force_image_size",
@@ -202,6 +222,136 @@ def checkpoint_state_dict(model: NanoNemotronVLForConditionalGeneration) -> dict
     return {name: t.detach().clone().contiguous() for name, t in out.items()}
 
 
+def copy_streamed(tensor: torch.Tensor) -> torch.Tensor:
+    """A streamed tensor's own copy: the loader may reuse its buffer for the next tensor."""
+    return tensor.detach().clone()
+
+
+def load_vl_checkpoint(
+    model: NanoNemotronVLForConditionalGeneration,
+    weights: Mapping[str, torch.Tensor] | Iterable[tuple[str, torch.Tensor]],
+    *,
+    text_only: bool = False,
+) -> None:
+    """Load a whole Nano-Nemotron VL checkpoint (checkpoint naming), routing by prefix as vLLM's
+    ``NemotronH_Nano_VL_V2.load_weights`` does:
+
+    - ``language_model.*`` (``language_model.backbone.*`` too) -> the language model;
+    - ``vision_model.radio_model.*`` -> RADIO; ``mlp1.{0,1,3}.*`` -> the connector;
+      ``vision_projector.vision_final_layernorm.*`` when the config has it;
+    - ``sound_encoder.encoder.*`` and ``sound_projection.{norm,linear1,linear2}.*`` -> Parakeet;
+      with ``convolution_bias = False`` the convolutions' biases, which released checkpoints of
+      that config still carry, are skipped (as vLLM does, #40007).
+
+    ``weights`` may be streamed (``(name, tensor)`` pairs from a loader that reuses its buffers):
+    each tensor is copied as it arrives, none is kept by reference. With ``text_only`` (every
+    multimodal limit 0) the tower tensors are skipped by name, never read. Any other name, and
+    any missing weight, raises."""
+    groups: dict[str, dict[str, torch.Tensor]] = {
+        "lm": {},
+        "vision": {},
+        "connector": {},
+        "sound": {},
+    }
+    unexpected = []
+    items = weights.items() if isinstance(weights, Mapping) else weights
+    given: set[str] = set()
+    for name, streamed in items:
+        given.add(name)
+        if text_only and name.startswith(TOWER_PREFIXES):
+            continue
+        tensor = copy_streamed(streamed)
+        if name.startswith("language_model."):
+            groups["lm"][name.removeprefix("language_model.")] = tensor
+        elif name.startswith("vision_model.radio_model."):
+            groups["vision"][name] = tensor
+        elif name.startswith("mlp1."):
+            groups["connector"][name] = tensor
+        elif name.startswith("vision_projector.vision_final_layernorm."):
+            groups["connector"][name.removeprefix("vision_projector.")] = tensor
+        elif name.startswith("sound_encoder.encoder.feature_extractor."):
+            continue  # extractor buffers: the features are computed outside the model
+        elif name.startswith("sound_encoder.") and _bias_free_convolution(model, name):
+            continue  # a bias the config's convolutions do not have (released files carry it)
+        elif name.startswith("sound_encoder."):
+            groups["sound"][name.removeprefix("sound_encoder.")] = tensor
+        elif name.startswith("sound_projection."):
+            part, _, rest = name.removeprefix("sound_projection.").partition(".")
+            index = SOUND_PROJECTION_INDEX.get(part, part)
+            groups["sound"][f"projection.{index}.{rest}"] = tensor
+        else:
+            unexpected.append(name)
+    missing = _missing_checkpoint_names(model, given, text_only)
+    if unexpected or missing:
+        raise WeightLoadError(missing, sorted(unexpected), [])
+    load_state_dict(model.language_model, groups["lm"])
+    if text_only:
+        return
+    mm = model.multimodal
+    if not isinstance(mm.vision_model, RadioVisionModel):
+        raise TypeError("load_vl_checkpoint: the model's vision tower is not RADIO")
+    mm.vision_model.load_checkpoint(groups["vision"])
+    connector = {k.removeprefix("mlp1."): v for k, v in groups["connector"].items()}
+    connector = {
+        k if k.startswith("vision_final_layernorm.") else f"mlp1.{k}": v
+        for k, v in connector.items()
+    }
+    _load_exact(mm.connector, connector, "connector")
+    if mm.sound_encoder is not None:
+        assert isinstance(mm.sound_encoder, nn.Module)
+        _load_exact(mm.sound_encoder, groups["sound"], "sound")
+    elif groups["sound"]:
+        raise WeightLoadError([], sorted(f"sound_encoder.{k}" for k in groups["sound"]), [])
+
+
+def _bias_free_convolution(model: NanoNemotronVLForConditionalGeneration, name: str) -> bool:
+    """``name`` is a Parakeet convolution bias and the config's convolutions have none."""
+    sound = model.config.sound_config
+    return sound is not None and not sound.convolution_bias and name.endswith(CONV_BIAS_SUFFIXES)
+
+
+def _missing_checkpoint_names(
+    model: NanoNemotronVLForConditionalGeneration, given: set[str], text_only: bool
+) -> list[str]:
+    """The model's checkpoint tensors (by their checkpoint names) not in ``given``; names under
+    ``language_model.model.`` stand for their ``language_model.backbone.`` twins, and a fused
+    ``experts.up_proj`` / ``down_proj`` for its per-expert tensors."""
+
+    def normal(name: str) -> str:
+        if name.startswith("language_model.model."):
+            name = "language_model.backbone." + name.removeprefix("language_model.model.")
+        return name.replace(".embed_tokens.", ".embeddings.")
+
+    present = {normal(name) for name in given}
+    fused = {name.rsplit(".", 1)[0] for name in present if name.endswith(("up_proj", "down_proj"))}
+    missing = []
+    for name in checkpoint_state_dict(model):
+        if (text_only and name.startswith(TOWER_PREFIXES)) or name in present:
+            continue
+        expert = EXPERT_WEIGHT.match(name.removeprefix("language_model."))
+        if expert is not None and f"language_model.{expert['prefix']}" in fused:
+            continue
+        missing.append(name)
+    return sorted(missing)
+
+
+def _load_exact(module: nn.Module, weights: Mapping[str, torch.Tensor], what: str) -> None:
+    """Parameters and persistent buffers (BatchNorm running statistics) of ``module``."""
+    params = dict(module.state_dict(keep_vars=True))
+    missing = sorted(set(params) - set(weights))
+    unexpected = sorted(f"{what}: {k}" for k in set(weights) - set(params))
+    mis_shaped = [
+        f"{what}: {k} (expected {tuple(params[k].shape)}, got {tuple(t.shape)})"
+        for k, t in weights.items()
+        if k in params and params[k].shape != t.shape
+    ]
+    if missing or unexpected or mis_shaped:
+        raise WeightLoadError([f"{what}: {m}" for m in missing], unexpected, mis_shaped)
+    with torch.no_grad():
+        for name, tensor in weights.items():
+            params[name].copy_(tensor)
+
+
 def read_config(folder: Path) -> VLConfig:
     """The reference config of a checkpoint folder's ``config.json``."""
     path = Path(folder) / "config.json"
@@ -246,8 +396,6 @@ def load_folder(
     ``video_pruning_rate``, EVS's rate (:mod:`reference_impl.evs`); ``processor_options``, the
     processor's options an engine starts it with (:data:`PROCESSOR_OPTIONS`, over
     ``max_num_tiles``); ``max_model_len``, the engine's context (None: the config's)."""
-    from reference_impl.weights import load_vl_checkpoint
-
     config = dataclasses.replace(read_config(folder), video_pruning_rate=video_pruning_rate)
     if max_num_tiles is not None:
         config = dataclasses.replace(config, max_num_tiles=max_num_tiles)

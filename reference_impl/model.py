@@ -42,9 +42,10 @@ from reference_impl.inputs import (
 )
 from reference_impl.lora import base_embedding
 from reference_impl.nemotron_h import NemotronHForCausalLM
-from reference_impl.processor import Placeholder, ProcessorOutput, video_replacement_ids
+from reference_impl.processor import Placeholder, ProcessorOutput
 from reference_impl.radio import RadioVisionModel
 from reference_impl.tokenizer import IMG_CONTEXT
+from reference_impl.video_replacement import video_replacement_ids
 
 # The keys that route a call to a modality. The first of them to appear (with a non-None value)
 # decides where that modality sits in the output order.

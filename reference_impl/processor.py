@@ -1,12 +1,22 @@
-"""The processor's arithmetic: image tiling (static and dynamic resolution), video frame sizes,
-frame separators and the video replacement ids.
+"""The processor: a prompt's ``<image>`` / ``<video>`` / ``<so_embedding>`` placeholders
+expanded into token ids, and the model's keyword inputs built from the request's items.
 
-Glossary: ``S`` tile side, ``P`` patch side, ``r`` shuffle factor (2), grids are
-``(cols, rows)``.
+Glossary: ``t`` tiles of an image, ``S`` tile side, ``P`` patch side, ``r`` shuffle factor (2),
+``F`` frames of a video, ``H, W`` an image's or a frame's height and width, ``f`` rows of a
+precomputed embedding, ``h`` the language model's hidden size, ``k`` placeholder tokens of one
+item, ``n`` tokens of the expanded prompt.
 
-The model rebuilds a video's replacement (separator text, ``<img>``, ``<image>`` x tokens,
-``</img>`` per frame or tubelet) to fill the non-context positions with text embeddings, so
-these must match what the processor put into the prompt.
+One call (:meth:`NanoNemotronVLProcessor.__call__`) runs in stages:
+
+1. with ``audio_in_video``, each video's audio track joins the audio items;
+2. checks: embeddings, the tile limit, one item per placeholder;
+3. per modality, the model's inputs and each item's placeholder tokens (tiles, patch grids and
+   frame sizes from :mod:`reference_impl.tiling`, a video's replacement from
+   :mod:`reference_impl.video_replacement`, audio features from :mod:`reference_impl.audio`);
+4. the prompt expanded piece by piece.
+
+What an engine asks before any request, answered from the config alone, is in
+:mod:`reference_impl.metadata`.
 """
 
 from __future__ import annotations
@@ -15,6 +25,7 @@ import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TypeAlias
 
 import torch
 from transformers import PreTrainedTokenizerBase
@@ -24,6 +35,7 @@ from reference_impl.config import VLConfig
 from reference_impl.errors import ConfigError
 from reference_impl.evs import placeholder_tokens_per_group
 from reference_impl.media import audio_track
+from reference_impl.tiling import dynamic_grids, resize_normalize, tile_image, video_frame_size
 from reference_impl.tokenizer import (
     AUDIO_CONTEXT,
     AUDIO_END,
@@ -33,244 +45,7 @@ from reference_impl.tokenizer import (
     IMG_START,
     VIDEO_PLACEHOLDER,
 )
-
-
-def frame_timestamps(frames_indices: Sequence[int], frame_duration_ms: int) -> list[float]:
-    """Seconds at which each frame was sampled: ``index * duration_ms / 1000``."""
-    return [int(i) * frame_duration_ms / 1000.0 for i in frames_indices]
-
-
-def frame_separators(
-    num_groups: int,
-    frames_indices: Sequence[int],
-    frame_duration_ms: int | None,
-    temporal_patch_size: int = 1,
-) -> list[str]:
-    """The separator text before each frame (``T == 1``) or tubelet (``T > 1``).
-
-    - ``T == 1``: ``"Frame {i+1} sampled at {ts:.2f} seconds: "``.
-    - ``T > 1``: the tubelet's frames joined by ``" and "``, the first ``"Frame ..."``, later ones
-      ``"frame ..."``, then ``": "``; frames past the end are not listed.
-    - Without a frame duration: ``"Frame {i+1}: "``.
-
-    Every separator after the first starts with a newline.
-    """
-    if frame_duration_ms is None:
-        return [("\n" if i else "") + f"Frame {i + 1}: " for i in range(num_groups)]
-    stamps = frame_timestamps(frames_indices, frame_duration_ms)
-    t = temporal_patch_size
-    if t == 1:
-        return [
-            ("\n" if i else "") + f"Frame {i + 1} sampled at {ts:.2f} seconds: "
-            for i, ts in enumerate(stamps)
-        ]
-    separators = []
-    for group, start in enumerate(range(0, len(stamps), t)):
-        parts = [
-            f"{'Frame' if k == start else 'frame'} {k + 1} sampled at {stamps[k]:.2f} seconds"
-            for k in range(start, min(start + t, len(stamps)))
-        ]
-        separators.append(("\n" if group else "") + " and ".join(parts) + ": ")
-    return separators
-
-
-def video_replacement_ids(
-    tokenizer: PreTrainedTokenizerBase,
-    tokens_per_group: Sequence[int],
-    frames_indices: Sequence[int],
-    frame_duration_ms: int | None,
-    temporal_patch_size: int = 1,
-) -> list[int]:
-    """Token ids replacing one ``<video>``: per group ``sep + <img> + <image>*k + </img>``.
-
-    Separators are tokenised on their own and the tags use their pre-tokenised ids, so the count
-    of non-context tokens does not depend on ``tokens_per_group``.
-    """
-    seps = frame_separators(
-        len(tokens_per_group), frames_indices, frame_duration_ms, temporal_patch_size
-    )
-    if len(seps) != len(tokens_per_group):
-        raise ValueError(
-            f"tokens_per_group: expected {len(seps)} groups for {len(frames_indices)} frames "
-            f"with T={temporal_patch_size}, got {len(tokens_per_group)}"
-        )
-    start = tokenizer.encode(IMG_START, add_special_tokens=False)
-    end = tokenizer.encode(IMG_END, add_special_tokens=False)
-    context = tokenizer.encode(IMG_CONTEXT, add_special_tokens=False)
-    sep_ids: list[list[int]] = tokenizer(seps, add_special_tokens=False)["input_ids"]
-    ids: list[int] = []
-    for sep, k in zip(sep_ids, tokens_per_group, strict=True):
-        ids += sep + start + context * k + end
-    return ids
-
-
-# ---------------------------------------------------------------------------------------------
-# Images: static tiling (InternVL style)
-
-
-def target_ratios(max_num_tiles: int, min_num_tiles: int = 1) -> list[tuple[int, int]]:
-    """Every ``(cols, rows)`` grid with ``min <= cols*rows <= max`` tiles, by tile count."""
-    grids = {
-        (i, j)
-        for i in range(1, max_num_tiles + 1)
-        for j in range(1, max_num_tiles + 1)
-        if min_num_tiles <= i * j <= max_num_tiles
-    }
-    return sorted(grids, key=lambda g: (g[0] * g[1], g))
-
-
-def closest_grid(width: int, height: int, tile: int, max_num_tiles: int) -> tuple[int, int]:
-    """The ``(cols, rows)`` grid whose aspect ratio is closest to the image's; on a tie the
-    larger grid wins when the image has more than half its pixel area."""
-    aspect = width / height
-    best, best_diff = (1, 1), float("inf")
-    for cols, rows in target_ratios(max_num_tiles):
-        diff = abs(aspect - cols / rows)
-        if diff < best_diff:
-            best, best_diff = (cols, rows), diff
-        elif diff == best_diff and width * height > 0.5 * tile * tile * cols * rows:
-            best = (cols, rows)
-    return best
-
-
-def num_static_tiles(
-    width: int, height: int, tile: int, max_num_tiles: int, use_thumbnail: bool
-) -> int:
-    """Tiles of an image, the thumbnail included (it is added when the grid has > 1 tile)."""
-    cols, rows = closest_grid(width, height, tile, max_num_tiles)
-    return cols * rows + (1 if use_thumbnail and cols * rows > 1 else 0)
-
-
-def resize_normalize(
-    image: torch.Tensor, height: int, width: int, mean: Sequence[float], std: Sequence[float]
-) -> torch.Tensor:
-    """``[n, 3, H, W]`` pixel values in 0..255 to ``[n, 3, height, width]``: bicubic with
-    antialiasing (skipped when the size already matches), ``/255``, then ``(x - mean) / std``."""
-    x = image.float()
-    if tuple(x.shape[-2:]) != (height, width):
-        x = torch.nn.functional.interpolate(
-            x, size=(height, width), mode="bicubic", align_corners=False, antialias=True
-        )
-    m = torch.tensor(mean, dtype=torch.float32).reshape(1, 3, 1, 1)
-    s = torch.tensor(std, dtype=torch.float32).reshape(1, 3, 1, 1)
-    return (x / 255.0 - m) / s
-
-
-def tile_image(
-    image: torch.Tensor,
-    tile: int,
-    max_num_tiles: int,
-    use_thumbnail: bool,
-    mean: Sequence[float],
-    std: Sequence[float],
-) -> torch.Tensor:
-    """One ``[3, H, W]`` image (0..255) to ``[t, 3, S, S]`` tiles, row-major, thumbnail last."""
-    height, width = image.shape[-2:]
-    cols, rows = closest_grid(width, height, tile, max_num_tiles)
-    resized = resize_normalize(image[None], rows * tile, cols * tile, mean, std)[0]
-    tiles = resized.reshape(3, rows, tile, cols, tile).permute(1, 3, 0, 2, 4)
-    tiles = tiles.reshape(rows * cols, 3, tile, tile)
-    if use_thumbnail and rows * cols > 1:
-        tiles = torch.cat([tiles, resize_normalize(image[None], tile, tile, mean, std)])
-    return tiles
-
-
-# ---------------------------------------------------------------------------------------------
-# Images: dynamic resolution (a patch budget per request)
-
-
-def dynamic_grid(
-    width: int, height: int, budget: int, patch: int, min_patches: int, factor_max: float = 1.0
-) -> tuple[int, int]:
-    """``(cols, rows)`` in patches for one image under a budget of ``budget`` patches: scale
-    the image's patch grid to fit (never up beyond ``factor_max``), raise it to
-    ``min_patches``, then round each side to an even count (up if that still fits)."""
-    rows0 = round(height / patch + 0.5)
-    cols0 = round(width / patch + 0.5)
-    factor = min(math.sqrt(budget / (rows0 * cols0)), factor_max)
-    # At least one patch per side: vLLM 0.33.0 floors a very thin image's short side to 0 and
-    # then divides by zero (ZeroDivisionError); here it keeps one patch.
-    rows, cols = max(1, math.floor(factor * rows0)), max(1, math.floor(factor * cols0))
-    if budget > min_patches and rows * cols < min_patches:
-        up = math.sqrt(min_patches / (rows * cols))
-        rows, cols = math.ceil(up * rows), math.ceil(up * cols)
-    if rows % 2:
-        rows = rows + 1 if (rows + 1) * cols <= budget else max(2, rows - 1)
-    if cols % 2:
-        cols = cols + 1 if rows * (cols + 1) <= budget else max(2, cols - 1)
-    return cols, rows
-
-
-def dynamic_grids(
-    sizes: Sequence[tuple[int, int]],
-    tokens_available: int,
-    patch: int,
-    min_patches: int,
-    max_patches: int,
-) -> list[tuple[int, int]]:
-    """Patch grids for every image of a request sharing ``tokens_available`` embedding tokens
-    (4 patches per token after the pixel shuffle); over budget, each image's share is scaled
-    down, at most 10 rounds."""
-    cap = max_patches if max_patches > 0 else math.inf
-    total = max(tokens_available * 4, min_patches * len(sizes))
-    shares = [int(max(min(total, cap), min_patches)) for _ in sizes]
-    for _ in range(10):
-        grids = [
-            dynamic_grid(w, h, share, patch, min_patches)
-            for (w, h), share in zip(sizes, shares, strict=True)
-        ]
-        used = [c * r for c, r in grids]
-        if sum(used) <= total:
-            return grids
-        scale = total / sum(used)
-        scaled = [max(min_patches, int(u * scale)) for u in used]
-        shares = (
-            scaled
-            if any(s < old for s, old in zip(scaled, shares, strict=True))
-            else ([min_patches] * len(sizes))
-        )
-    raise ValueError(f"images: no patch grids fit {tokens_available} tokens for sizes {sizes}")
-
-
-# ---------------------------------------------------------------------------------------------
-# Video frames
-
-
-def video_frame_size(
-    width: int,
-    height: int,
-    tile: int,
-    patch: int,
-    downsample_ratio: float,
-    target_num_patches: int | None,
-    maintain_aspect_ratio: bool,
-) -> tuple[int, int, int]:
-    """``(width, height, tokens_per_frame)`` of resized frames: ``S x S`` by default; with a
-    patch target, a square of that many patches or an aspect-preserving grid (each side a
-    multiple of the shuffle factor, rounded up when that still fits)."""
-    r = round(1 / downsample_ratio)
-    if target_num_patches is None:
-        w = h = tile
-    elif maintain_aspect_ratio:
-        aspect = width / max(height, 1)
-        ph = max(1, round(math.sqrt(target_num_patches / aspect)))
-        pw = max(1, round(math.sqrt(target_num_patches * aspect)))
-        if r > 1:
-            up_h, up_w = ph + (-ph) % r, pw + (-pw) % r
-            if up_h * up_w <= target_num_patches:
-                ph, pw = up_h, up_w
-            else:
-                ph, pw = max(r, ph - ph % r), max(r, pw - pw % r)
-        w, h = pw * patch, ph * patch
-    else:
-        side = max(r, int(math.sqrt(target_num_patches)) // r * r)
-        w = h = side * patch
-    tokens = int((h // patch) * downsample_ratio) * int((w // patch) * downsample_ratio)
-    return w, h, tokens
-
-
-# ---------------------------------------------------------------------------------------------
-# The processor: prompt expansion and the model's keyword arguments
+from reference_impl.video_replacement import video_replacement_ids
 
 
 @dataclass(frozen=True)
@@ -303,87 +78,12 @@ class ProcessorOutput:
     num_tokens_per_image: list[int] = field(default_factory=list)
 
 
+#: The model's inputs of one modality and each item's ``k`` (images, audio).
+ModalityInputs: TypeAlias = tuple[dict[str, object], list[int]]
+
 _PLACEHOLDER = re.compile(
     f"({re.escape(IMG_CONTEXT)}|{re.escape(VIDEO_PLACEHOLDER)}|{re.escape(AUDIO_CONTEXT)})"
 )
-
-
-def supports_video(config: VLConfig) -> bool:
-    """Always (the metadata questions are answered from the config alone)."""
-    return True
-
-
-def supports_audio(config: VLConfig) -> bool:
-    return config.has_audio
-
-
-def is_dynamic_tiler(config: VLConfig) -> bool:
-    return config.dynamic_resolution
-
-
-#: The model's keyword inputs of each modality, as this processor emits them (routing keys and
-#: the helpers they need); a serving engine routes each to its modality.
-MODEL_INPUT_KEYS: dict[str, tuple[str, ...]] = {
-    "image": (
-        "pixel_values_flat",
-        "image_num_patches",
-        "imgs_sizes",
-        "num_tokens_per_image",
-        "image_embeds",
-    ),
-    "video": (
-        "pixel_values_flat_video",
-        "video_num_patches",
-        "frames_indices",
-        "frame_duration_ms",
-        "video_embeds",
-    ),
-    "audio": ("input_audio_features", "feature_attention_mask", "audio_num_clips"),
-}
-
-
-def supported_limits(config: VLConfig) -> dict[str, int | None]:
-    """Items per prompt of each modality the checkpoint takes (None: no limit of its own)."""
-    limits: dict[str, int | None] = {"image": None, "video": None}
-    if supports_audio(config):
-        limits["audio"] = None
-    return limits
-
-
-def max_tokens_per_item(config: VLConfig, seq_len: int, counts: dict[str, int]) -> dict[str, int]:
-    """The most placeholder tokens one item of each modality in ``counts`` can take.
-
-    Static tiles: the most tiles (``max_num_tiles``, plus the thumbnail when an image can
-    tile) times the tokens per tile. Dynamic resolution: ``max_num_patches`` patches after the
-    pixel shuffle (when the config caps them), else the whole sequence. Videos and audio have
-    no cap but the sequence."""
-    out: dict[str, int] = {}
-    if counts.get("image", 0) > 0:
-        if not config.dynamic_resolution:
-            tiles = config.max_num_tiles + (config.use_thumbnail and config.max_num_tiles > 1)
-            out["image"] = tiles * config.num_image_token
-        elif config.max_num_patches > 0:
-            out["image"] = min(seq_len, config.max_num_patches // config.shuffle_factor**2)
-        else:
-            out["image"] = seq_len
-    if counts.get("video", 0) > 0:
-        out["video"] = seq_len
-    if counts.get("audio", 0) > 0 and supports_audio(config):
-        out["audio"] = seq_len
-    return out
-
-
-def profiling_video_frames(config: VLConfig, seq_len: int, counts: dict[str, int]) -> int:
-    """Frames per video of the dummy request an engine profiles memory with: the sequence less
-    the images' most tokens (:func:`max_tokens_per_item`, static tiles), shared equally among
-    the videos in whole tubelets of ``T`` frames, each tubelet one tile's tokens; at least one.
-    """
-    images = counts.get("image", 0)
-    image_tokens = (
-        images * max_tokens_per_item(config, seq_len, {"image": 1})["image"] if images else 0
-    )
-    tubelets = (seq_len - image_tokens) // config.num_image_token // max(counts.get("video", 0), 1)
-    return max(tubelets * config.video_temporal_patch_size, 1)
 
 
 def _image_tensor(image: object, index: int) -> torch.Tensor:
@@ -394,6 +94,30 @@ def _image_tensor(image: object, index: int) -> torch.Tensor:
     if x.shape[0] == 0 or x.shape[1] == 0:
         raise ConfigError(f"images[{index}]", "a non-empty image", tuple(x.shape))
     return x.permute(2, 0, 1).float()
+
+
+def _video_frames(video: Video, index: int) -> tuple[torch.Tensor, list[int]]:
+    """A video's ``[F, H, W, 3]`` frames, checked, and the ``F`` indices they were sampled at
+    (``0..F-1`` when the video does not say)."""
+    frames = torch.as_tensor(video.frames)
+    if frames.ndim != 4 or frames.shape[-1] != 3:
+        raise ConfigError(f"videos[{index}].frames", "RGB frames [F, H, W, 3]", tuple(frames.shape))
+    if frames.shape[0] == 0:
+        raise ConfigError(f"videos[{index}].frames", "at least one frame", "0 frames")
+    if video.fps <= 0:
+        raise ConfigError(f"videos[{index}].fps", "a positive frame rate", video.fps)
+    indices = (
+        list(video.frames_indices)
+        if video.frames_indices is not None
+        else list(range(frames.shape[0]))
+    )
+    if len(indices) != frames.shape[0]:
+        raise ConfigError(
+            f"videos[{index}].frames_indices",
+            f"one index per frame ({frames.shape[0]})",
+            len(indices),
+        )
+    return frames, indices
 
 
 class NanoNemotronVLProcessor:
@@ -413,25 +137,151 @@ class NanoNemotronVLProcessor:
         self.audio_start, self.audio_end = encode(AUDIO_START), encode(AUDIO_END)
         self.audio_context = encode(AUDIO_CONTEXT)
 
+    # -- the prompt ---------------------------------------------------------------------
+
+    def __call__(
+        self,
+        text: str,
+        images: Sequence[object] = (),
+        videos: Sequence[Video] = (),
+        audios: Sequence[torch.Tensor | Sequence[float]] = (),
+        max_num_tiles: int | None = None,
+        image_embeds: Sequence[torch.Tensor] = (),
+        video_embeds: Sequence[torch.Tensor] = (),
+        audio_in_video: bool = False,
+    ) -> ProcessorOutput:
+        """Expand ``text``'s placeholders for the items given.
+
+        ``images``: ``[H, W, 3]`` RGB images; ``videos``: :class:`Video` items; ``audios``:
+        ``[samples]`` or ``[samples, channels]`` waveforms at the sound config's rate.
+
+        ``image_embeds`` / ``video_embeds``: precomputed ``[f, h]`` embeddings in place of images
+        or videos (not both forms of one modality in one request); an image's ``f`` rows fill
+        ``<img>`` + ``f`` context tokens + ``</img>``, a video's fill ``f`` context tokens.
+
+        ``audio_in_video``: each video's audio track is an audio item too, its placeholder right
+        after the video's (:meth:`_audio_from_videos`).
+        """
+        if audio_in_video:
+            text, audios = self._audio_from_videos(text, videos, video_embeds, audios)
+        self._check_embeddings(images, videos, image_embeds, video_embeds)
+        max_tiles = self._tile_limit(max_num_tiles)
+        pieces = self._split_prompt(text, images or image_embeds, videos or video_embeds, audios)
+        image_kwargs, image_counts = self._image_inputs(images, image_embeds, text, max_tiles)
+        video_kwargs, video_ids = self._video_inputs(videos, video_embeds)
+        audio_kwargs, audio_counts = self._audio_inputs(audios)
+        ids, is_multimodal, spans = self._expand(pieces, image_counts, video_ids, audio_counts)
+        kwargs = image_kwargs | video_kwargs | audio_kwargs
+        return ProcessorOutput(ids, is_multimodal, spans, kwargs, image_counts)
+
+    # -- checks -------------------------------------------------------------------------
+
+    def _check_embeddings(
+        self,
+        images: Sequence[object],
+        videos: Sequence[Video],
+        image_embeds: Sequence[torch.Tensor],
+        video_embeds: Sequence[torch.Tensor],
+    ) -> None:
+        """Images or ``image_embeds``, videos or ``video_embeds``, never both forms of one
+        modality; every embedding a ``[f, h]`` tensor."""
+        hidden = self.config.hidden_size
+        for media, embeds, name in (
+            (images, image_embeds, "image"),
+            (videos, video_embeds, "video"),
+        ):
+            if media and embeds:
+                raise ConfigError(
+                    f"{name}_embeds",
+                    f"{name}s or {name}_embeds in one request, not both",
+                    f"{len(media)} {name}s and {len(embeds)} embeddings",
+                )
+        for name, given in (("image_embeds", image_embeds), ("video_embeds", video_embeds)):
+            for i, e in enumerate(given):
+                if not isinstance(e, torch.Tensor) or e.ndim != 2 or e.shape[1] != hidden:
+                    got = tuple(e.shape) if isinstance(e, torch.Tensor) else type(e).__name__
+                    raise ConfigError(f"{name}[{i}]", f"a [f, {hidden}] tensor", got)
+
+    def _tile_limit(self, max_num_tiles: int | None) -> int:
+        """The request's limit of static tiles per image: the config's ``max_num_tiles``, or a
+        lower one the request asks for (``1..max_num_tiles``)."""
+        limit = self.config.max_num_tiles
+        max_tiles = limit if max_num_tiles is None else max_num_tiles
+        if not 1 <= max_tiles <= limit:
+            raise ConfigError("max_num_tiles", f"1..{limit} (the config's limit)", max_tiles)
+        return max_tiles
+
+    def _split_prompt(
+        self,
+        text: str,
+        images: Sequence[object],
+        videos: Sequence[object],
+        audios: Sequence[torch.Tensor | Sequence[float]],
+    ) -> list[str]:
+        """``text`` split at its placeholders, each ``<image>`` / ``<video>`` /
+        ``<so_embedding>`` a piece of its own, once every modality has one item per placeholder
+        (``images`` and ``videos``: the items in either form) and audio only where the model
+        has a sound encoder."""
+        pieces = _PLACEHOLDER.split(text)
+        for token, items, name in (
+            (IMG_CONTEXT, images, "images"),
+            (VIDEO_PLACEHOLDER, videos, "videos"),
+            (AUDIO_CONTEXT, audios, "audios"),
+        ):
+            found = pieces.count(token)
+            if found != len(items):
+                raise ConfigError(
+                    name, f"one item per {token} in the prompt ({found})", f"{len(items)} items"
+                )
+        if audios and not self.config.has_audio:
+            raise ConfigError("audios", "none (this model has no sound_config)", len(audios))
+        return pieces
+
     # -- per modality -------------------------------------------------------------------
 
-    def _images(
-        self, images: Sequence[object], text: str, max_num_tiles: int
-    ) -> tuple[dict[str, object], list[int]]:
+    def _image_inputs(
+        self,
+        images: Sequence[object],
+        image_embeds: Sequence[torch.Tensor],
+        text: str,
+        max_tiles: int,
+    ) -> ModalityInputs:
+        """The model's image inputs and each image's ``k``: pixels cut into static tiles
+        (:meth:`_static_tiles`) or resized to a patch grid (:meth:`_dynamic_patches`), or
+        ``[f, h]`` embeddings passed on as ``image_embeds`` (``k = f``)."""
+        if images:
+            pixels = [_image_tensor(image, i) for i, image in enumerate(images)]
+            if self.config.dynamic_resolution:
+                return self._dynamic_patches(pixels, text)
+            return self._static_tiles(pixels, max_tiles)
+        if image_embeds:
+            return {"image_embeds": list(image_embeds)}, [int(e.shape[0]) for e in image_embeds]
+        return {}, []
+
+    def _static_tiles(self, pixels: list[torch.Tensor], max_tiles: int) -> ModalityInputs:
+        """Each ``[3, H, W]`` image as ``[t, 3, S, S]`` tiles (at most ``max_tiles``, the
+        thumbnail besides), ``k = t * num_image_token``.
+
+        Returns ``pixel_values_flat`` ``[sum t, 3, S, S]`` and ``image_num_patches`` (each
+        image's ``t``)."""
         c = self.config
-        pixels = [_image_tensor(image, i) for i, image in enumerate(images)]
-        if not c.dynamic_resolution:
-            tiles = [
-                tile_image(
-                    p, c.force_image_size, max_num_tiles, c.use_thumbnail, c.norm_mean, c.norm_std
-                )
-                for p in pixels
-            ]
-            counts = [len(t) * c.num_image_token for t in tiles]
-            return {
-                "pixel_values_flat": torch.cat(tiles),
-                "image_num_patches": torch.tensor([len(t) for t in tiles]),
-            }, counts
+        tiles = [
+            tile_image(p, c.force_image_size, max_tiles, c.use_thumbnail, c.norm_mean, c.norm_std)
+            for p in pixels
+        ]
+        counts = [len(t) * c.num_image_token for t in tiles]
+        return {
+            "pixel_values_flat": torch.cat(tiles),
+            "image_num_patches": torch.tensor([len(t) for t in tiles]),
+        }, counts
+
+    def _dynamic_patches(self, pixels: list[torch.Tensor], text: str) -> ModalityInputs:
+        """Each ``[3, H, W]`` image resized to a ``(cols, rows)`` patch grid, the images sharing
+        the context the text leaves (less 4 tokens); ``k = cols * rows / r^2``.
+
+        Returns ``pixel_values_flat`` (a list of ``[3, rows*P, cols*P]``), ``imgs_sizes`` (their
+        ``(height, width)``) and ``num_tokens_per_image`` (each image's ``k``)."""
+        c = self.config
         text_len = len(
             self.tokenizer.encode(text.replace(IMG_CONTEXT, ""), add_special_tokens=False)
         )
@@ -455,30 +305,32 @@ class NanoNemotronVLProcessor:
             "num_tokens_per_image": counts,
         }, counts
 
-    def _videos(self, videos: Sequence[Video]) -> tuple[dict[str, object], list[list[int]]]:
+    def _video_inputs(
+        self, videos: Sequence[Video], video_embeds: Sequence[torch.Tensor]
+    ) -> tuple[dict[str, object], list[list[int]]]:
+        """The model's video inputs and each video's replacement ids: frames
+        (:meth:`_video_pixels`), or ``[f, h]`` embeddings passed on as ``video_embeds`` (their
+        replacement ``f`` context tokens)."""
+        if videos:
+            return self._video_pixels(videos)
+        if video_embeds:
+            ids = [self.img_context * int(e.shape[0]) for e in video_embeds]
+            return {"video_embeds": list(video_embeds)}, ids
+        return {}, []
+
+    def _video_pixels(self, videos: Sequence[Video]) -> tuple[dict[str, object], list[list[int]]]:
+        """Every video's ``[F, H, W, 3]`` frames resized to one ``(h, w)``
+        (:func:`~reference_impl.tiling.video_frame_size`) and normalised, and its replacement
+        ids: per frame or tubelet a separator and its tokens, EVS-pruned when the config
+        prunes (:func:`~reference_impl.video_replacement.video_replacement_ids`).
+
+        Returns ``pixel_values_flat_video`` ``[sum F, 3, h, w]``, ``video_num_patches`` (each
+        video's ``F``), ``frames_indices`` ``[sum F]`` and ``frame_duration_ms`` (one per video).
+        """
         c = self.config
         pixels, counts, indices, durations, replacements = [], [], [], [], []
         for i, video in enumerate(videos):
-            frames = torch.as_tensor(video.frames)
-            if frames.ndim != 4 or frames.shape[-1] != 3:
-                raise ConfigError(
-                    f"videos[{i}].frames", "RGB frames [F, H, W, 3]", tuple(frames.shape)
-                )
-            if frames.shape[0] == 0:
-                raise ConfigError(f"videos[{i}].frames", "at least one frame", "0 frames")
-            if video.fps <= 0:
-                raise ConfigError(f"videos[{i}].fps", "a positive frame rate", video.fps)
-            index = (
-                list(video.frames_indices)
-                if video.frames_indices is not None
-                else list(range(frames.shape[0]))
-            )
-            if len(index) != frames.shape[0]:
-                raise ConfigError(
-                    f"videos[{i}].frames_indices",
-                    f"one index per frame ({frames.shape[0]})",
-                    len(index),
-                )
+            frames, index = _video_frames(video, i)
             w, h, per_frame = video_frame_size(
                 frames.shape[2],
                 frames.shape[1],
@@ -514,6 +366,25 @@ class NanoNemotronVLProcessor:
             "frames_indices": torch.cat(indices),
             "frame_duration_ms": torch.tensor(durations),
         }, replacements
+
+    def _audio_inputs(self, audios: Sequence[torch.Tensor | Sequence[float]]) -> ModalityInputs:
+        """Every waveform's log-mel features in clips and its ``k``
+        (:func:`~reference_impl.audio.audio_token_count` of its samples).
+
+        Returns ``input_audio_features`` ``[c, l, m]`` (``c`` clips of ``l`` frames of ``m``
+        mel bins), ``feature_attention_mask`` ``[c, l]`` and ``audio_num_clips`` (each item's
+        clips)."""
+        if not audios:
+            return {}, []
+        sound = self.config.sound_config
+        assert sound is not None, "has_audio without a sound_config"
+        features, mask, clips = extract_features(audios, sound)
+        counts = [audio_token_count(len(to_mono(a, i)), sound) for i, a in enumerate(audios)]
+        return {
+            "input_audio_features": features,
+            "feature_attention_mask": mask,
+            "audio_num_clips": clips,
+        }, counts
 
     def _audio_from_videos(
         self,
@@ -577,97 +448,22 @@ class NanoNemotronVLProcessor:
             pieces.append(VIDEO_PLACEHOLDER + (AUDIO_CONTEXT if track is not None else "") + after)
         return "".join(pieces), [t for t in tracks if t is not None]
 
-    # -- the prompt ---------------------------------------------------------------------
+    # -- expansion ----------------------------------------------------------------------
 
-    def __call__(
+    def _expand(
         self,
-        text: str,
-        images: Sequence[object] = (),
-        videos: Sequence[Video] = (),
-        audios: Sequence[torch.Tensor | Sequence[float]] = (),
-        max_num_tiles: int | None = None,
-        image_embeds: Sequence[torch.Tensor] = (),
-        video_embeds: Sequence[torch.Tensor] = (),
-        audio_in_video: bool = False,
-    ) -> ProcessorOutput:
-        """Expand ``text``'s placeholders for the items given.
+        pieces: Sequence[str],
+        image_counts: Sequence[int],
+        video_ids: Sequence[list[int]],
+        audio_counts: Sequence[int],
+    ) -> tuple[list[int], list[bool], list[Placeholder]]:
+        """The prompt's pieces (:meth:`_split_prompt`) as ``n`` token ids, ``n`` flags (True
+        where the model puts multimodal embeddings) and every item's span.
 
-        ``image_embeds`` / ``video_embeds``: precomputed ``[f, h]`` embeddings in place of images
-        or videos (not both forms of one modality in one request); an image's ``f`` rows fill
-        ``<img>`` + ``f`` context tokens + ``</img>``, a video's fill ``f`` context tokens.
-
-        ``audio_in_video``: each video's audio track is an audio item too, its placeholder right
-        after the video's (:meth:`_audio_from_videos`).
-        """
-        c = self.config
-        if audio_in_video:
-            text, audios = self._audio_from_videos(text, videos, video_embeds, audios)
-        images_given: Sequence[object] = images or image_embeds
-        videos_given: Sequence[object] = videos or video_embeds
-        for media, embeds, name in (
-            (images, image_embeds, "image"),
-            (videos, video_embeds, "video"),
-        ):
-            if media and embeds:
-                raise ConfigError(
-                    f"{name}_embeds",
-                    f"{name}s or {name}_embeds in one request, not both",
-                    f"{len(media)} {name}s and {len(embeds)} embeddings",
-                )
-        for name, embeds in (("image_embeds", image_embeds), ("video_embeds", video_embeds)):
-            for i, e in enumerate(embeds):
-                if not isinstance(e, torch.Tensor) or e.ndim != 2 or e.shape[1] != c.hidden_size:
-                    got = tuple(e.shape) if isinstance(e, torch.Tensor) else type(e).__name__
-                    raise ConfigError(f"{name}[{i}]", f"a [f, {c.hidden_size}] tensor", got)
-        max_tiles = c.max_num_tiles if max_num_tiles is None else max_num_tiles
-        if not 1 <= max_tiles <= c.max_num_tiles:
-            raise ConfigError(
-                "max_num_tiles", f"1..{c.max_num_tiles} (the config's limit)", max_tiles
-            )
-        pieces = _PLACEHOLDER.split(text)
-        found = {
-            IMG_CONTEXT: pieces.count(IMG_CONTEXT),
-            VIDEO_PLACEHOLDER: pieces.count(VIDEO_PLACEHOLDER),
-            AUDIO_CONTEXT: pieces.count(AUDIO_CONTEXT),
-        }
-        for token, items, name in (
-            (IMG_CONTEXT, images_given, "images"),
-            (VIDEO_PLACEHOLDER, videos_given, "videos"),
-            (AUDIO_CONTEXT, audios, "audios"),
-        ):
-            if found[token] != len(items):
-                raise ConfigError(
-                    name,
-                    f"one item per {token} in the prompt ({found[token]})",
-                    f"{len(items)} items",
-                )
-        if audios and not c.has_audio:
-            raise ConfigError("audios", "none (this model has no sound_config)", len(audios))
-        kwargs: dict[str, object] = {}
-        image_counts: list[int] = []
-        video_ids: list[list[int]] = []
-        audio_counts: list[int] = []
-        if images:
-            image_kwargs, image_counts = self._images(images, text, max_tiles)
-            kwargs.update(image_kwargs)
-        if image_embeds:
-            kwargs["image_embeds"] = list(image_embeds)
-            image_counts = [int(e.shape[0]) for e in image_embeds]
-        if videos:
-            video_kwargs, video_ids = self._videos(videos)
-            kwargs.update(video_kwargs)
-        if video_embeds:
-            kwargs["video_embeds"] = list(video_embeds)
-            video_ids = [self.img_context * int(e.shape[0]) for e in video_embeds]
-        if audios:
-            assert c.sound_config is not None, "has_audio without a sound_config"
-            features, mask, clips = extract_features(audios, c.sound_config)
-            kwargs.update(
-                input_audio_features=features, feature_attention_mask=mask, audio_num_clips=clips
-            )
-            audio_counts = [
-                audio_token_count(len(to_mono(a, i)), c.sound_config) for i, a in enumerate(audios)
-            ]
+        An image becomes ``<img>`` + ``k`` context tokens + ``</img>``, an audio item
+        ``<so_start>`` + ``k`` context tokens + ``<so_end>`` (the context tokens flagged and
+        spanned); a video its replacement ids, every position flagged and spanned (separators
+        and tags too); text is tokenised piece by piece."""
         ids: list[int] = []
         mm: list[bool] = []
         spans: list[Placeholder] = []
@@ -700,4 +496,4 @@ class NanoNemotronVLProcessor:
             elif piece:
                 tokens = self.tokenizer.encode(piece, add_special_tokens=False)
                 add(tokens, [False] * len(tokens))
-        return ProcessorOutput(ids, mm, spans, kwargs, image_counts)
+        return ids, mm, spans

@@ -12,6 +12,10 @@ Name mapping (as vLLM's ``NemotronHForCausalLM.hf_to_vllm_mapper`` and loader do
 
 Every missing, unexpected or mis-shaped tensor is collected and reported in one
 :class:`WeightLoadError`; nothing is loaded unless everything fits.
+
+A whole Nano-Nemotron VL checkpoint (towers, connector, and the language model under
+``language_model.``) loads through :func:`reference_impl.checkpoint.load_vl_checkpoint`, which
+hands the language model's tensors to this loader.
 """
 
 from __future__ import annotations
@@ -19,19 +23,14 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import torch
-from torch import nn
 
 from reference_impl.nemotron_h import NemotronHForCausalLM
-from reference_impl.radio import RadioVisionModel
-
-if TYPE_CHECKING:  # model.py builds on this module's neighbours; no import cycle at run time
-    from reference_impl.model import NanoNemotronVLForConditionalGeneration
 
 _QKV = re.compile(r"^(?P<prefix>.*\.mixer)\.(?P<part>[qkv])_proj\.weight$")
-_EXPERT = re.compile(
+#: One expert's projection, as checkpoints name it (stacked into the model's fused tensor).
+EXPERT_WEIGHT = re.compile(
     r"^(?P<prefix>.*\.mixer\.experts)\.(?P<j>\d+)\.(?P<proj>up_proj|down_proj)\.weight$"
 )
 
@@ -86,7 +85,7 @@ def convert_state_dict(
             continue
         if (m := _QKV.match(name)) is not None:
             qkv.setdefault(f"{m['prefix']}.qkv_proj.weight", {})[m["part"]] = tensor
-        elif (m := _EXPERT.match(name)) is not None:
+        elif (m := EXPERT_WEIGHT.match(name)) is not None:
             experts.setdefault(f"{m['prefix']}.{m['proj']}", {})[int(m["j"])] = tensor
         elif name in expected:
             out[name] = tensor
@@ -147,153 +146,3 @@ def load_safetensors(model: NemotronHForCausalLM, path: str | Path) -> None:
     from safetensors.torch import load_file
 
     load_state_dict(model, load_file(str(path)))
-
-
-def copy_streamed(tensor: torch.Tensor) -> torch.Tensor:
-    """A streamed tensor's own copy: the loader may reuse its buffer for the next tensor."""
-    return tensor.detach().clone()
-
-
-#: Checkpoint prefixes of the towers and the connector (skipped in text-only mode).
-TOWER_PREFIXES: tuple[str, ...] = (
-    "vision_model.",
-    "mlp1.",
-    "vision_projector.",
-    "sound_encoder.",
-    "sound_projection.",
-)
-
-
-def load_vl_checkpoint(
-    model: NanoNemotronVLForConditionalGeneration,
-    weights: Mapping[str, torch.Tensor] | Iterable[tuple[str, torch.Tensor]],
-    *,
-    text_only: bool = False,
-) -> None:
-    """Load a whole Nano-Nemotron VL checkpoint (checkpoint naming), routing by prefix as vLLM's
-    ``NemotronH_Nano_VL_V2.load_weights`` does:
-
-    - ``language_model.*`` (``language_model.backbone.*`` too) -> the language model;
-    - ``vision_model.radio_model.*`` -> RADIO; ``mlp1.{0,1,3}.*`` -> the connector;
-      ``vision_projector.vision_final_layernorm.*`` when the config has it;
-    - ``sound_encoder.encoder.*`` and ``sound_projection.{norm,linear1,linear2}.*`` -> Parakeet;
-      with ``convolution_bias = False`` the convolutions' biases, which released checkpoints of
-      that config still carry, are skipped (as vLLM does, #40007).
-
-    ``weights`` may be streamed (``(name, tensor)`` pairs from a loader that reuses its buffers):
-    each tensor is copied as it arrives, none is kept by reference. With ``text_only`` (every
-    multimodal limit 0) the tower tensors are skipped by name, never read. Any other name, and
-    any missing weight, raises."""
-    groups: dict[str, dict[str, torch.Tensor]] = {
-        "lm": {},
-        "vision": {},
-        "connector": {},
-        "sound": {},
-    }
-    unexpected = []
-    projection = {"norm": "0", "linear1": "1", "linear2": "3"}
-    items = weights.items() if isinstance(weights, Mapping) else weights
-    given: set[str] = set()
-    for name, streamed in items:
-        given.add(name)
-        if text_only and name.startswith(TOWER_PREFIXES):
-            continue
-        tensor = copy_streamed(streamed)
-        if name.startswith("language_model."):
-            groups["lm"][name.removeprefix("language_model.")] = tensor
-        elif name.startswith("vision_model.radio_model."):
-            groups["vision"][name] = tensor
-        elif name.startswith("mlp1."):
-            groups["connector"][name] = tensor
-        elif name.startswith("vision_projector.vision_final_layernorm."):
-            groups["connector"][name.removeprefix("vision_projector.")] = tensor
-        elif name.startswith("sound_encoder.encoder.feature_extractor."):
-            continue  # extractor buffers: the features are computed outside the model
-        elif name.startswith("sound_encoder.") and _bias_free_convolution(model, name):
-            continue  # a bias the config's convolutions do not have (released files carry it)
-        elif name.startswith("sound_encoder."):
-            groups["sound"][name.removeprefix("sound_encoder.")] = tensor
-        elif name.startswith("sound_projection."):
-            part, _, rest = name.removeprefix("sound_projection.").partition(".")
-            groups["sound"][f"projection.{projection.get(part, part)}.{rest}"] = tensor
-        else:
-            unexpected.append(name)
-    missing = _missing_checkpoint_names(model, given, text_only)
-    if unexpected or missing:
-        raise WeightLoadError(missing, sorted(unexpected), [])
-    load_state_dict(model.language_model, groups["lm"])
-    if text_only:
-        return
-    mm = model.multimodal
-    if not isinstance(mm.vision_model, RadioVisionModel):
-        raise TypeError("load_vl_checkpoint: the model's vision tower is not RADIO")
-    mm.vision_model.load_checkpoint(groups["vision"])
-    connector = {k.removeprefix("mlp1."): v for k, v in groups["connector"].items()}
-    connector = {
-        k if k.startswith("vision_final_layernorm.") else f"mlp1.{k}": v
-        for k, v in connector.items()
-    }
-    _load_exact(mm.connector, connector, "connector")
-    if mm.sound_encoder is not None:
-        assert isinstance(mm.sound_encoder, nn.Module)
-        _load_exact(mm.sound_encoder, groups["sound"], "sound")
-    elif groups["sound"]:
-        raise WeightLoadError([], sorted(f"sound_encoder.{k}" for k in groups["sound"]), [])
-
-
-#: Parakeet's convolution biases: absent from the encoder when ``convolution_bias = False``, yet
-#: carried by released checkpoints of that config (vLLM #40007 skips them when loading).
-CONV_BIAS_SUFFIXES = (
-    ".conv.pointwise_conv1.bias",
-    ".conv.depthwise_conv.bias",
-    ".conv.pointwise_conv2.bias",
-)
-
-
-def _bias_free_convolution(model: NanoNemotronVLForConditionalGeneration, name: str) -> bool:
-    """``name`` is a Parakeet convolution bias and the config's convolutions have none."""
-    sound = model.config.sound_config
-    return sound is not None and not sound.convolution_bias and name.endswith(CONV_BIAS_SUFFIXES)
-
-
-def _missing_checkpoint_names(
-    model: NanoNemotronVLForConditionalGeneration, given: set[str], text_only: bool
-) -> list[str]:
-    """The model's checkpoint tensors (by their checkpoint names) not in ``given``; names under
-    ``language_model.model.`` stand for their ``language_model.backbone.`` twins, and a fused
-    ``experts.up_proj`` / ``down_proj`` for its per-expert tensors."""
-    from reference_impl.checkpoint import checkpoint_state_dict
-
-    def normal(name: str) -> str:
-        if name.startswith("language_model.model."):
-            name = "language_model.backbone." + name.removeprefix("language_model.model.")
-        return name.replace(".embed_tokens.", ".embeddings.")
-
-    present = {normal(name) for name in given}
-    fused = {name.rsplit(".", 1)[0] for name in present if name.endswith(("up_proj", "down_proj"))}
-    missing = []
-    for name in checkpoint_state_dict(model):
-        if (text_only and name.startswith(TOWER_PREFIXES)) or name in present:
-            continue
-        expert = _EXPERT.match(name.removeprefix("language_model."))
-        if expert is not None and f"language_model.{expert['prefix']}" in fused:
-            continue
-        missing.append(name)
-    return sorted(missing)
-
-
-def _load_exact(module: nn.Module, weights: Mapping[str, torch.Tensor], what: str) -> None:
-    """Parameters and persistent buffers (BatchNorm running statistics) of ``module``."""
-    params = dict(module.state_dict(keep_vars=True))
-    missing = sorted(set(params) - set(weights))
-    unexpected = sorted(f"{what}: {k}" for k in set(weights) - set(params))
-    mis_shaped = [
-        f"{what}: {k} (expected {tuple(params[k].shape)}, got {tuple(t.shape)})"
-        for k, t in weights.items()
-        if k in params and params[k].shape != t.shape
-    ]
-    if missing or unexpected or mis_shaped:
-        raise WeightLoadError([f"{what}: {m}" for m in missing], unexpected, mis_shaped)
-    with torch.no_grad():
-        for name, tensor in weights.items():
-            params[name].copy_(tensor)

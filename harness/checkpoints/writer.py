@@ -23,11 +23,14 @@ from pathlib import Path
 import torch
 
 from harness.checkpoints.spec import AUTO_CONFIG, CHECKPOINT_DTYPES, CONFIG_MODULE, ModelSpec
-from reference_impl.checkpoint import checkpoint_state_dict, vl_config_to_hf_dict
+from reference_impl.checkpoint import (
+    CONV_BIAS_SUFFIXES,
+    checkpoint_state_dict,
+    vl_config_to_hf_dict,
+)
 from reference_impl.config import VLConfig
 from reference_impl.model import NanoNemotronVLForConditionalGeneration
 from reference_impl.tokenizer import build_tokenizer, build_tokenizer_object
-from reference_impl.weights import CONV_BIAS_SUFFIXES
 
 # ---------------------------------------------------------------------------------------------
 # Weights

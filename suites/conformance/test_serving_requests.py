@@ -34,7 +34,7 @@ from harness.inputs.media import video_file
 from harness.inputs.requests import Request
 from harness.oracles.assertions import assert_refusal, refused_naming
 from harness.targets.reference.target import ReferenceTarget
-from reference_impl.processor import num_static_tiles
+from reference_impl.tiling import num_static_tiles
 from reference_impl.tokenizer import IMG_CONTEXT, shared_tokenizer
 
 pytestmark = pytest.mark.concern("requests")

@@ -19,9 +19,8 @@ from harness import ROOT
 from harness.checkpoints.cache import SHARED_FOLDERS_ENV, checkpoint_folder, shared_folders
 from harness.checkpoints.spec import CONFIG_MODULE, ModelSpec
 from harness.checkpoints.writer import write_checkpoint
-from reference_impl.checkpoint import read_weights
+from reference_impl.checkpoint import CONV_BIAS_SUFFIXES, read_weights
 from reference_impl.tokenizer import AUDIO_CONTEXT, IMG_CONTEXT, VIDEO_PLACEHOLDER, VOCAB_SIZE
-from reference_impl.weights import CONV_BIAS_SUFFIXES
 
 
 @pytest.fixture(scope="module")

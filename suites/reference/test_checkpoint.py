@@ -15,6 +15,7 @@ from reference_impl import presets
 from reference_impl.checkpoint import (
     checkpoint_state_dict,
     load_folder,
+    load_vl_checkpoint,
     vl_config_from_hf_dict,
     vl_config_to_hf_dict,
 )
@@ -22,7 +23,7 @@ from reference_impl.errors import ConfigError
 from reference_impl.model import NanoNemotronVLForConditionalGeneration
 from reference_impl.radio import RadioConfig
 from reference_impl.tokenizer import VOCAB_SIZE, shared_tokenizer
-from reference_impl.weights import WeightLoadError, load_vl_checkpoint
+from reference_impl.weights import WeightLoadError
 
 
 def small(name: str = "nemotron_3_nano_omni", **changes):

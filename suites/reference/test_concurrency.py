@@ -15,7 +15,9 @@ import pytest
 from harness.targets.reference.mutant import REFERENCE_MUTANTS
 from harness.targets.reference.target import ConfigMetadata
 from reference_impl import presets, processor
+from reference_impl.metadata import is_dynamic_tiler, supports_audio, supports_video
 from reference_impl.tokenizer import VOCAB_SIZE, build_tokenizer
+from reference_impl.video_replacement import video_replacement_ids
 from suites.stress import THREADS, ThreadedRun, run_in_threads
 
 CONFIG = presets.tiny_vl_config(presets.nemotron_3_nano_omni(), VOCAB_SIZE)
@@ -29,16 +31,16 @@ def calls(tokenizer, metadata: Callable[[], tuple[bool, bool, bool]]):
     return [
         lambda: metadata(),
         lambda: tuple(proc(LONG_TEXT).input_ids),
-        lambda: tuple(processor.video_replacement_ids(tokenizer, [4, 4], [0, 2, 4], 500, 2)),
+        lambda: tuple(video_replacement_ids(tokenizer, [4, 4], [0, 2, 4], 500, 2)),
         lambda: tuple(tokenizer.encode(LONG_TEXT, add_special_tokens=False)),
     ]
 
 
 def config_only_metadata() -> tuple[bool, bool, bool]:
     return (
-        processor.supports_video(CONFIG),
-        processor.supports_audio(CONFIG),
-        processor.is_dynamic_tiler(CONFIG),
+        supports_video(CONFIG),
+        supports_audio(CONFIG),
+        is_dynamic_tiler(CONFIG),
     )
 
 

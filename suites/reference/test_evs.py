@@ -14,8 +14,9 @@ from reference_impl import evs, presets
 from reference_impl.config import VLConfig
 from reference_impl.errors import ConfigError
 from reference_impl.model import NanoNemotronVLForConditionalGeneration
-from reference_impl.processor import NanoNemotronVLProcessor, Video, video_replacement_ids
+from reference_impl.processor import NanoNemotronVLProcessor, Video
 from reference_impl.tokenizer import IMG_CONTEXT, VOCAB_SIZE, shared_tokenizer
+from reference_impl.video_replacement import video_replacement_ids
 from suites.harness.helpers import needs_vllm
 
 STATIC = presets.tiny_vl_config(presets.nemotron_nano_12b_v2_vl(), VOCAB_SIZE)  # T = 1

@@ -11,12 +11,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from reference_impl import presets
-from reference_impl.checkpoint import checkpoint_state_dict
+from reference_impl.checkpoint import checkpoint_state_dict, load_vl_checkpoint
 from reference_impl.connector import Connector, pixel_shuffle
 from reference_impl.model import NanoNemotronVLForConditionalGeneration
 from reference_impl.processor import NanoNemotronVLProcessor, Video
 from reference_impl.tokenizer import VOCAB_SIZE, shared_tokenizer
-from reference_impl.weights import WeightLoadError, load_vl_checkpoint
+from reference_impl.weights import WeightLoadError
 from suites.harness.helpers import needs_vllm
 
 _MODELS: dict[str, tuple[object, object]] = {}

@@ -8,7 +8,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from reference_impl import presets, processor
+from reference_impl import metadata, presets, processor, tiling, video_replacement
 from reference_impl.errors import ConfigError
 from reference_impl.processor import NanoNemotronVLProcessor, Video
 from reference_impl.tokenizer import VOCAB_SIZE, shared_tokenizer
@@ -55,9 +55,9 @@ class TestParityWithVllm:
             image_size=512,
             use_thumbnail=thumb,
         )
-        cols, rows = processor.closest_grid(w, h, 512, tiles)
+        cols, rows = tiling.closest_grid(w, h, 512, tiles)
         assert (width, height) == (512 * cols, 512 * rows)
-        assert blocks == processor.num_static_tiles(w, h, 512, tiles, thumb)
+        assert blocks == tiling.num_static_tiles(w, h, 512, tiles, thumb)
 
     @settings(max_examples=150, deadline=None)
     @given(
@@ -86,7 +86,7 @@ class TestParityWithVllm:
             theirs = [p.patch_size for p in tiler.compute_params(images, available)]
         except ZeroDivisionError:
             theirs = None
-        ours = processor.dynamic_grids(sizes, available, 16, min_patches, max_patches)
+        ours = tiling.dynamic_grids(sizes, available, 16, min_patches, max_patches)
         if theirs is None or any(0 in grid for grid in theirs):
             # vLLM 0.33.0: an image whose short side floors to 0 patches either divides by
             # zero or comes out with a 0-patch side; the reference keeps at least 2 patches.
@@ -109,7 +109,7 @@ class TestParityWithVllm:
         )
         with pytest.raises(ZeroDivisionError):
             tiler.compute_params([Image.new("L", (1470, 5))], 2768)
-        cols, rows = processor.dynamic_grids([(1470, 5)], 2768, 16, 1, 64)[0]
+        cols, rows = tiling.dynamic_grids([(1470, 5)], 2768, 16, 1, 64)[0]
         assert cols >= 2
         assert rows >= 2
 
@@ -130,7 +130,7 @@ class TestParityWithVllm:
             patch_size=16,
             downsample_ratio=0.5,
         )
-        assert processor.video_frame_size(w, h, 512, 16, 0.5, target, keep_aspect) == theirs
+        assert tiling.video_frame_size(w, h, 512, 16, 0.5, target, keep_aspect) == theirs
 
     @pytest.mark.parametrize(
         ("frames", "temporal", "duration"), [(3, 1, 500), (5, 2, 250), (4, 2, 1000), (2, 1, None)]
@@ -142,7 +142,9 @@ class TestParityWithVllm:
         groups = -(-frames // temporal)
         indices = list(range(0, 2 * frames, 2))
         theirs = video_replacement_ids(tok, [4] * groups, indices, duration, temporal)
-        ours = processor.video_replacement_ids(tok, [4] * groups, indices, duration, temporal)
+        ours = video_replacement.video_replacement_ids(
+            tok, [4] * groups, indices, duration, temporal
+        )
         assert ours == theirs
 
     def test_tile_pixels(self, vllm_processors):
@@ -159,7 +161,7 @@ class TestParityWithVllm:
             norm_mean=torch.tensor(STATIC.norm_mean).reshape(1, 3, 1, 1),
             norm_std=torch.tensor(STATIC.norm_std).reshape(1, 3, 1, 1),
         )
-        ours = processor.tile_image(
+        ours = tiling.tile_image(
             pixels.permute(2, 0, 1), 64, 6, True, STATIC.norm_mean, STATIC.norm_std
         )
         assert ours.shape == theirs.shape
@@ -173,11 +175,11 @@ def test_metadata_from_config_alone(monkeypatch):
         "__init__",
         lambda *a, **k: (_ for _ in ()).throw(AssertionError("built")),
     )
-    assert processor.supports_video(STATIC)
-    assert not processor.supports_audio(STATIC)
-    assert processor.supports_audio(OMNI)
-    assert not processor.is_dynamic_tiler(STATIC)
-    assert processor.is_dynamic_tiler(OMNI)
+    assert metadata.supports_video(STATIC)
+    assert not metadata.supports_audio(STATIC)
+    assert metadata.supports_audio(OMNI)
+    assert not metadata.is_dynamic_tiler(STATIC)
+    assert metadata.is_dynamic_tiler(OMNI)
 
 
 def test_prompt_expansion_static():
@@ -185,7 +187,7 @@ def test_prompt_expansion_static():
     out = proc("A <image> B", images=[image(32, 96)])
     tok = shared_tokenizer()
     text = tok.decode(out.input_ids)
-    tiles = processor.num_static_tiles(96, 32, 32, STATIC.max_num_tiles, True)
+    tiles = tiling.num_static_tiles(96, 32, 32, STATIC.max_num_tiles, True)
     assert text == f"A <img>{'<image>' * tiles * 4}</img> B"
     assert sum(out.is_multimodal) == tiles * 4 == out.placeholders[0].length
     assert out.mm_kwargs["image_num_patches"].tolist() == [tiles]

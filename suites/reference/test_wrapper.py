@@ -8,8 +8,8 @@ import torch
 from reference_impl.connector import pixel_shuffle
 from reference_impl.inputs import InputValidationError
 from reference_impl.model import merge_multimodal_embeddings
-from reference_impl.processor import frame_separators, video_replacement_ids
 from reference_impl.tokenizer import IMG_CONTEXT, IMG_END, IMG_START, shared_tokenizer
+from reference_impl.video_replacement import frame_separators, video_replacement_ids
 
 
 def test_pixel_shuffle_merges_each_block_into_channels():

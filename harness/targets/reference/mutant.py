@@ -82,15 +82,15 @@ def _contract_accepts_wrong_shape(patch: AttributeSetter) -> None:
 
 
 def _text_only_loads_tower_weights(patch: AttributeSetter) -> None:
-    from reference_impl import weights
+    from reference_impl import checkpoint
 
-    patch(weights, "TOWER_PREFIXES", ())
+    patch(checkpoint, "TOWER_PREFIXES", ())
 
 
 def _weights_kept_by_reference(patch: AttributeSetter) -> None:
-    from reference_impl import weights
+    from reference_impl import checkpoint
 
-    patch(weights, "copy_streamed", lambda tensor: tensor)
+    patch(checkpoint, "copy_streamed", lambda tensor: tensor)
 
 
 REFERENCE_MUTANTS: dict[str, Callable[[AttributeSetter], None]] = {

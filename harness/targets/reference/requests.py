@@ -26,13 +26,9 @@ from harness.inputs.requests import (
 )
 from harness.targets.base import PROCESSOR_FLOAT_KEYS, NotImplementedByTarget
 from reference_impl.errors import ConfigError
+from reference_impl.metadata import MODEL_INPUT_KEYS
 from reference_impl.model import NanoNemotronVLModel
-from reference_impl.processor import (
-    MODEL_INPUT_KEYS,
-    NanoNemotronVLProcessor,
-    ProcessorOutput,
-    Video,
-)
+from reference_impl.processor import NanoNemotronVLProcessor, ProcessorOutput, Video
 
 #: The reference processor's modality names.
 PROCESSOR_MODALITY = {"images": "image", "videos": "video", "audios": "audio"}

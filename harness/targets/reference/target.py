@@ -43,9 +43,15 @@ from harness.targets.base import (
     sha256_of,
 )
 from harness.targets.reference.model import ReferenceModel
-from reference_impl import processor
+from reference_impl import metadata as config_metadata
+from reference_impl import processor, tiling
 from reference_impl.audio import audio_token_count
-from reference_impl.checkpoint import checkpoint_state_dict, load_folder
+from reference_impl.checkpoint import (
+    TOWER_PREFIXES,
+    checkpoint_state_dict,
+    load_folder,
+    load_vl_checkpoint,
+)
 from reference_impl.config import NemotronHConfig, VLConfig
 from reference_impl.inputs import (
     AudioFeatureInputs,
@@ -61,7 +67,7 @@ from reference_impl.nemotron_h import MLP as MLPMixer
 from reference_impl.nemotron_h import Attention, Mamba2Mixer, MoE, NemotronHForCausalLM
 from reference_impl.shrink import minimal_vl_config
 from reference_impl.tokenizer import shared_tokenizer
-from reference_impl.weights import TOWER_PREFIXES, load_vl_checkpoint
+from reference_impl.video_replacement import video_replacement_ids
 
 _T = TypeVar("_T")
 
@@ -92,16 +98,16 @@ class ConfigMetadata(ProcessorMetadata):
         return answer
 
     def supports_video(self) -> bool:
-        return self._answer(lambda: processor.supports_video(self.config))
+        return self._answer(lambda: config_metadata.supports_video(self.config))
 
     def supports_audio(self) -> bool:
-        return self._answer(lambda: processor.supports_audio(self.config))
+        return self._answer(lambda: config_metadata.supports_audio(self.config))
 
     def is_dynamic_tiler(self) -> bool:
-        return self._answer(lambda: processor.is_dynamic_tiler(self.config))
+        return self._answer(lambda: config_metadata.is_dynamic_tiler(self.config))
 
     def supported_limits(self) -> dict[str, int | None]:
-        return self._answer(lambda: processor.supported_limits(self.config))
+        return self._answer(lambda: config_metadata.supported_limits(self.config))
 
     def embedding_width(self) -> int | None:
         return self.config.hidden_size  # the processor checks every embedding's width
@@ -109,17 +115,21 @@ class ConfigMetadata(ProcessorMetadata):
     def routed_keys(self) -> dict[str, str]:
         keys = {
             key: modality
-            for modality, names in processor.MODEL_INPUT_KEYS.items()
+            for modality, names in config_metadata.MODEL_INPUT_KEYS.items()
             for key in names
-            if modality != "audio" or processor.supports_audio(self.config)
+            if modality != "audio" or config_metadata.supports_audio(self.config)
         }
         return keys
 
     def max_tokens_per_item(self, seq_len: int, counts: dict[str, int]) -> dict[str, int]:
-        return self._answer(lambda: processor.max_tokens_per_item(self.config, seq_len, counts))
+        return self._answer(
+            lambda: config_metadata.max_tokens_per_item(self.config, seq_len, counts)
+        )
 
     def profiling_video_frames(self, seq_len: int, counts: dict[str, int]) -> int:
-        return self._answer(lambda: processor.profiling_video_frames(self.config, seq_len, counts))
+        return self._answer(
+            lambda: config_metadata.profiling_video_frames(self.config, seq_len, counts)
+        )
 
 
 #: The layer kind (pattern letter) of each mixer class of the reference language model.
@@ -344,7 +354,7 @@ class ReferenceTarget(Target):
         temporal_patch_size: int,
     ) -> tuple[int, ...]:
         return tuple(
-            processor.video_replacement_ids(
+            video_replacement_ids(
                 tokenizer,
                 tokens_per_frame,
                 frames_indices,
@@ -358,10 +368,10 @@ class ReferenceTarget(Target):
         audio = config.sound_config
         assert audio is not None, "the default checkpoint has audio"
         return ProcessorCounts(
-            static_tiles=lambda width, height, max_tiles: processor.num_static_tiles(
+            static_tiles=lambda width, height, max_tiles: tiling.num_static_tiles(
                 width, height, config.force_image_size, max_tiles, config.use_thumbnail
             ),
-            dynamic_grids=lambda sizes, budget, patch, lo, hi: processor.dynamic_grids(
+            dynamic_grids=lambda sizes, budget, patch, lo, hi: tiling.dynamic_grids(
                 sizes, budget, patch, lo, hi
             ),
             audio_tokens=lambda n: audio_token_count(n, audio),

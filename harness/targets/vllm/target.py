@@ -67,8 +67,8 @@ from harness.targets.vllm.runtime import (
     vllm_version,
     without_packed_cpu_kernels,
 )
+from reference_impl.checkpoint import TOWER_PREFIXES
 from reference_impl.config import NemotronHConfig
-from reference_impl.weights import TOWER_PREFIXES
 
 #: What each concern of the suites runs on, for this target.
 CHECK_PATHS = {
