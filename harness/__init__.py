@@ -19,7 +19,7 @@ layers of ``[tool.importlinter]`` in ``pyproject.toml``, checked by ``lint-impor
 - ``checkpoints``: what is served: a checkpoint variant, its folder (written once per run), its
   weight streams and LoRA adapters, and the serving configuration it is served with.
 - ``model_files``: the model's vLLM files, where the installed ones are, and the mutant writer
-  (torch-free: the gate and both mutation tools use it).
+  (torch-free: the gate, both mutation tools and the vLLM target use it).
 - ``environment``: the process environment every run needs.
 
 Every command is a console script (``[project.scripts]`` in ``pyproject.toml``), so commands do not

@@ -46,16 +46,12 @@ from harness.jobs.deviations import deviations_path
 from harness.jobs.report import TargetRun, build_report, run_status, write_report
 from harness.jobs.results import Outcome, ResultsError, TargetStatus, read_results
 from harness.jobs.supervisor import Interrupt, Limits
-from harness.targets.vllm.files import MODEL_FAMILY_MODULES
+from harness.model_files import CONFIG_MODULES, MODEL_FAMILY_MODULES, file_of
 
 #: The modules of this model, the gate looks for among a change's files.
-GATE_MODULES = (
-    *MODEL_FAMILY_MODULES,
-    "vllm.transformers_utils.configs.radio",
-    "vllm.transformers_utils.configs.parakeet",
-)
+GATE_MODULES = (*MODEL_FAMILY_MODULES, *CONFIG_MODULES)
 #: Their paths in a vLLM checkout.
-GATE_PATHS = {name.replace(".", "/") + ".py": name for name in GATE_MODULES}
+GATE_PATHS = {file_of(name).as_posix(): name for name in GATE_MODULES}
 FAILED = (Outcome.FAIL.value, Outcome.ERROR.value)
 MESSAGE_CHARS = 300
 DEFAULT_CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "nemotron-vl-gate"

@@ -26,16 +26,19 @@ and counted. :func:`sample` draws a seeded sample stratified by function.
 from __future__ import annotations
 
 import ast
-import importlib.util
 import random
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-MODEL = Path("vllm/model_executor/models/nano_nemotron_vl.py")
-PROCESSOR = Path("vllm/transformers_utils/processors/nano_nemotron_vl.py")
-PARAKEET = Path("vllm/model_executor/models/parakeet.py")
-RADIO = Path("vllm/model_executor/models/radio.py")
+from harness.model_files import (
+    MODEL_FILE,
+    PARAKEET_FILE,
+    PROCESSOR_FILE,
+    RADIO_FILE,
+    installed_file,
+    write_mutated_copy,
+)
 
 _C = "suites/conformance/"
 #: The suites covering each concern, the quickest first (a mutant's run stops at its first
@@ -79,14 +82,14 @@ INFO = "NanoNemotronVLProcessingInfo."
 MM = "NanoNemotronVLMultiModalProcessor."
 COVERED: tuple[CoveredFunction, ...] = (
     *_covered(
-        MODEL,
+        MODEL_FILE,
         "parsing",
         f"{VL}_parse_and_validate_image_input",
         f"{VL}_parse_and_validate_video_input",
         f"{VL}_parse_and_validate_multimodal_inputs",
     ),
     *_covered(
-        MODEL,
+        MODEL_FILE,
         "embedding",
         f"{VL}embed_multimodal",
         f"{VL}_process_image_input",
@@ -101,7 +104,7 @@ COVERED: tuple[CoveredFunction, ...] = (
         f"{VL}extract_feature_dynamic",
     ),
     *_covered(
-        MODEL,
+        MODEL_FILE,
         "processor",
         f"{MM}_get_hf_mm_inputs",
         f"{MM}_get_image_fields_config",
@@ -114,7 +117,7 @@ COVERED: tuple[CoveredFunction, ...] = (
         f"{MM}_get_prompt_updates",
     ),
     *_covered(
-        MODEL,
+        MODEL_FILE,
         "metadata",
         f"{INFO}get_supported_mm_limits",
         f"{INFO}get_image_size_with_most_features",
@@ -124,9 +127,9 @@ COVERED: tuple[CoveredFunction, ...] = (
         f"{VL}get_mamba_state_shape_from_config",
         f"{VL}get_mamba_state_dtype_from_config",
     ),
-    *_covered(MODEL, "weights", f"{VL}load_weights"),
+    *_covered(MODEL_FILE, "weights", f"{VL}load_weights"),
     *_covered(
-        PROCESSOR,
+        PROCESSOR_FILE,
         "processor",
         "dynamic_preprocess",
         "BaseNanoNemotronVLProcessor.get_num_image_tokens",
@@ -142,19 +145,19 @@ COVERED: tuple[CoveredFunction, ...] = (
         "DynamicResolutionImageTiler.compute_params",
     ),
     *_covered(
-        PARAKEET,
+        PARAKEET_FILE,
         "processor",
         "ParakeetExtractor._clip_sizes",
         "ParakeetExtractor.audio_token_count",
         "ParakeetExtractor.split_audio_into_clips",
     ),
     *_covered(
-        PARAKEET,
+        PARAKEET_FILE,
         "weights",
         "ProjectedParakeet.load_weights",
         "ProjectedParakeet._can_skip_missing_named_param",
     ),
-    *_covered(RADIO, "weights", "RadioModel.load_weights"),
+    *_covered(RADIO_FILE, "weights", "RadioModel.load_weights"),
 )
 
 
@@ -192,13 +195,6 @@ class AstMutant:
         if source[self.start : self.end] != self.original:
             raise ValueError(f"mutant {self.id}: the file's text at its span changed")
         return source[: self.start] + self.replacement + source[self.end :]
-
-
-def installed_path(file: Path) -> Path:
-    spec = importlib.util.find_spec("vllm")
-    if spec is None or not spec.submodule_search_locations:
-        raise FunctionNotFound("vLLM is not installed: mutants are edits of its model files")
-    return Path(next(iter(spec.submodule_search_locations))).parent / file
 
 
 def find_function(tree: ast.Module, qualname: str) -> ast.FunctionDef | ast.AsyncFunctionDef:
@@ -393,7 +389,7 @@ def candidates() -> list[AstMutant]:
     sources: dict[Path, str] = {}
     for covered in COVERED:
         if covered.file not in sources:
-            sources[covered.file] = installed_path(covered.file).read_text()
+            sources[covered.file] = installed_file(covered.file).read_text()
         out += enumerate_mutants(sources[covered.file], covered.file, covered.qualname).mutants
     return out
 
@@ -430,8 +426,4 @@ def sample(mutants: list[AstMutant], n: int, seed: int) -> list[AstMutant]:
 def write_mutant_file(mutant: AstMutant, dest_dir: Path) -> Path:
     """The mutated copy of the installed file at ``dest_dir / mutant.file`` (the installed file
     is never edited); its path, for ``--target=vllm-file:PATH``."""
-    source = installed_path(mutant.file).read_text()
-    out = dest_dir / mutant.file
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(mutant.apply(source))
-    return out
+    return write_mutated_copy(mutant.file, dest_dir, mutant.apply)

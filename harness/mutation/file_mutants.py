@@ -18,17 +18,20 @@ Command line: ``nemotron-vl-file-mutant NAME DEST_DIR`` writes the mutant under
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-MODEL_FILE = Path("vllm/model_executor/models/nano_nemotron_vl.py")
-PROCESSOR_FILE = Path("vllm/transformers_utils/processors/nano_nemotron_vl.py")
-PARAKEET_FILE = Path("vllm/model_executor/models/parakeet.py")
-NEMOTRON_H_FILE = Path("vllm/model_executor/models/nemotron_h.py")
-PEFT_HELPER_FILE = Path("vllm/lora/peft_helper.py")
+from harness.model_files import (
+    MODEL_FILE,
+    NEMOTRON_H_FILE,
+    PARAKEET_FILE,
+    PEFT_HELPER_FILE,
+    PROCESSOR_FILE,
+    VllmNotInstalled,
+    write_mutated_copy,
+)
 
 
 class MutationError(RuntimeError):
@@ -488,29 +491,16 @@ FRONT_END: dict[str, Mutation] = {
 }
 
 
-def installed_file(relative: Path) -> Path:
-    """An installed file of vLLM, by its path relative to site-packages (``vllm/...``)."""
-    spec = importlib.util.find_spec("vllm")
-    if spec is None or not spec.submodule_search_locations:
-        raise MutationError("vLLM is not installed: mutants are edits of its model files")
-    return Path(next(iter(spec.submodule_search_locations))).parent / relative
-
-
-def installed_model_file() -> Path:
-    return installed_file(MODEL_FILE)
-
-
 def write_mutant(name: str, dest_dir: Path) -> Path:
     """Write mutant ``name`` under ``dest_dir`` at its file's path; return the file."""
     known = MUTATIONS | FAULTS | FRONT_END
     if name not in known:
         raise MutationError(f"mutant: expected one of {sorted(known)}, got {name!r}")
     mutation = known[name]
-    source = installed_file(mutation.file).read_text()
-    out = dest_dir / mutation.file
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(mutation.apply(source))
-    return out
+    try:
+        return write_mutated_copy(mutation.file, dest_dir, mutation.apply)
+    except VllmNotInstalled as e:
+        raise MutationError(str(e)) from e
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -105,7 +105,7 @@ def preload(*, vllm: bool) -> None:
         importlib.import_module(name)
 
     if vllm:
-        from harness.targets.vllm.files import MODEL_FAMILY_MODULES, MODEL_MODULE
+        from harness.model_files import MODEL_FAMILY_MODULES, MODEL_MODULE
         from harness.targets.vllm.runtime import import_vllm_module
 
         import_vllm_module(MODEL_MODULE)

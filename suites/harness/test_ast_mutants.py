@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
+from harness.model_files import installed_file
 from harness.mutation.ast_mutants import (
     COVERED,
     FunctionNotFound,
     candidates,
     enumerate_mutants,
     find_function,
-    installed_path,
     sample,
 )
 from harness.mutation.score import SurvivorFileError, load_survivors, wilson_interval
@@ -135,7 +135,7 @@ def test_every_covered_function_is_in_the_installed_vllm():
     sources: dict[Path, ast.Module] = {}
     for covered in COVERED:
         if covered.file not in sources:
-            sources[covered.file] = ast.parse(installed_path(covered.file).read_text())
+            sources[covered.file] = ast.parse(installed_file(covered.file).read_text())
         find_function(sources[covered.file], covered.qualname)
         for suite in covered.suites:
             assert (Path(__file__).parents[2] / suite).is_file(), suite

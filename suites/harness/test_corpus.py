@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.model_files import installed_file
 from harness.mutation.corpus import (
     CORPUS_FILE,
     CorpusError,
@@ -19,7 +20,7 @@ from harness.mutation.corpus import (
     corpus_mutants,
     load_corpus,
 )
-from harness.mutation.file_mutants import MUTATIONS, MutationError, installed_file, write_mutant
+from harness.mutation.file_mutants import MUTATIONS, MutationError, write_mutant
 from harness.mutation.runner import SuiteJob, SuiteRun, preload, run_many
 from harness.targets.reference.mutant import REFERENCE_MUTANTS
 from suites.harness.helpers import needs_vllm

@@ -28,7 +28,8 @@ from typing import Any
 import pytest
 
 from harness.jobs.results import REPORT_SCHEMA
-from harness.mutation.file_mutants import FAULTS, installed_model_file, write_mutant
+from harness.model_files import installed_model_file
+from harness.mutation.file_mutants import FAULTS, write_mutant
 from suites.harness.helpers import (
     ROOT,
     needs_vllm,

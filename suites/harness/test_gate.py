@@ -17,7 +17,8 @@ from typing import Any
 
 import pytest
 
-from harness.mutation.file_mutants import MODEL_FILE, MUTATIONS, installed_model_file
+from harness.model_files import MODEL_FILE, installed_model_file
+from harness.mutation.file_mutants import MUTATIONS
 from suites.harness.helpers import ROOT, needs_vllm, one_thread_env, selected_tests, two_at_a_time
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow, needs_vllm]

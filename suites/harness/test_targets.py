@@ -7,10 +7,11 @@ from pathlib import Path
 
 import pytest
 
+from harness.model_files import MODEL_MODULE
 from harness.targets import TargetLoadError, resolve_target
 from harness.targets.reference import ReferenceTarget
 from harness.targets.vllm import VllmFileTarget
-from harness.targets.vllm.files import MODEL_MODULE, module_name_for
+from harness.targets.vllm.files import module_name_for
 from suites.harness.helpers import needs_vllm, run_suites
 
 
@@ -167,7 +168,7 @@ def test_vllm_target_without_vllm_is_unavailable(monkeypatch):
 def test_vllm_file_typing_cases_check_the_given_file(tmp_path):
     """The pre-#56398 video union (pixels only) in a given file: the typing cases that use video
     embeddings as its member fail, so mypy read the given file, not the installed one."""
-    from harness.mutation.file_mutants import MODEL_FILE, installed_model_file
+    from harness.model_files import MODEL_FILE, installed_model_file
 
     source = installed_model_file().read_text()
     union = "    NanoNemotronVLVideoPixelInputs | NanoNemotronVLVideoEmbeddingInputs\n"

@@ -261,7 +261,7 @@ def main(argv: list[str] | None = None) -> int:
     start = time.perf_counter()
     from harness.checkpoints.cache import checkpoint_folder
     from harness.checkpoints.spec import ModelSpec
-    from harness.targets.vllm.files import MODEL_MODULE
+    from harness.model_files import MODEL_MODULE
     from harness.targets.vllm.runtime import import_vllm_module
 
     module = import_vllm_module(MODEL_MODULE)

@@ -15,25 +15,9 @@ import types
 from collections.abc import Sequence
 from pathlib import Path
 
+from harness.model_files import BARE_FILE_NAMES, MODEL_MODULE
 from harness.targets.base import TargetLoadError, TargetUnavailable
 from harness.targets.vllm.runtime import import_vllm_module, vllm_version
-
-MODEL_MODULE = "vllm.model_executor.models.nano_nemotron_vl"
-# The files a pull request to this model usually touches, by module name.
-MODEL_FAMILY_MODULES = (
-    "vllm.transformers_utils.processors.nano_nemotron_vl",
-    "vllm.model_executor.models.radio",
-    "vllm.model_executor.models.parakeet",
-    "vllm.model_executor.models.nemotron_h",
-    MODEL_MODULE,
-)
-# A bare file name (no ``vllm/`` in its path) names one of these modules.
-BARE_FILE_NAMES = {
-    "nano_nemotron_vl.py": MODEL_MODULE,
-    "radio.py": "vllm.model_executor.models.radio",
-    "parakeet.py": "vllm.model_executor.models.parakeet",
-    "nemotron_h.py": "vllm.model_executor.models.nemotron_h",
-}
 
 
 def module_name_for(path: Path) -> str:

@@ -28,6 +28,7 @@ from harness.checkpoints.cache import checkpoint_folder, checkpoint_weights
 from harness.checkpoints.serving import DEFAULT_SERVING, ServingConfig
 from harness.checkpoints.spec import ModelSpec
 from harness.checkpoints.weight_streams import recording_reads
+from harness.model_files import MODEL_FAMILY_MODULES, MODEL_MODULE
 from harness.targets.base import (
     CACHE_PLATFORMS,
     FUNCTIONS,
@@ -55,12 +56,7 @@ from harness.targets.base import (
     sha256_of,
 )
 from harness.targets.vllm import build
-from harness.targets.vllm.files import (
-    MODEL_FAMILY_MODULES,
-    MODEL_MODULE,
-    load_model_files,
-    module_name_for,
-)
+from harness.targets.vllm.files import load_model_files, module_name_for
 from harness.targets.vllm.model import VllmModel
 from harness.targets.vllm.runtime import (
     import_vllm_module,
