@@ -20,6 +20,8 @@ layers of ``[tool.importlinter]`` in ``pyproject.toml``, checked by ``lint-impor
   weight streams and LoRA adapters, and the serving configuration it is served with.
 - ``model_files``: the model's vLLM files, where the installed ones are, and the mutant writer
   (torch-free: the gate, both mutation tools and the vLLM target use it).
+- ``runs_on``: what a check runs on (a request, a real model, the LoRA manager, the processing
+  info, functions): the one vocabulary of targets, results and the report.
 - ``environment``: the process environment every run needs.
 
 Every command is a console script (``[project.scripts]`` in ``pyproject.toml``), so commands do not

@@ -42,7 +42,7 @@ from no_tensor_truthiness.config import LintConfig
 from no_tensor_truthiness.rules import ALWAYS_REPORTED, FILE_NOT_CHECKED, INTERNAL_ERROR
 from no_tensor_truthiness.runner import discover, run
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 VERDICTS = ROOT / "fixtures" / "lint" / "survey_verdicts.toml"
 REVIEWED_TREES = ("vllm", "torch", "transformers")
 VERDICT_CLASSES = ("real risk", "annotation wrong", "false positive")

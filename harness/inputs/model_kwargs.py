@@ -1,9 +1,9 @@
 """Builders of valid multimodal keyword arguments for a target's model.
 
-Each builder returns an :class:`InputGroup`: the keyword arguments of one modality in one form, in
-the form vLLM's batching hands them to ``embed_multimodal``, plus what a conforming implementation
-must produce from them (how many items; for embeddings, the exact tensors). Values are
-deterministic functions of ``seed``.
+Each builder returns an :class:`InputGroup`: the keyword arguments of one modality under one
+routing key, as vLLM's batching hands them to ``embed_multimodal``, plus what a conforming
+implementation must produce from them (how many items; for embeddings, the exact tensors). Values
+are deterministic functions of ``seed``.
 """
 
 from __future__ import annotations
@@ -15,15 +15,15 @@ import torch
 
 from harness.checkpoints.spec import ModelSpec
 
-#: The form of each builder's input, by its routing key.
-FORMS = (
+#: The routing key of each builder's input (the keyword ``embed_multimodal`` routes by).
+ROUTING_KEYS = (
     "image_embeds",
     "pixel_values_flat",
     "video_embeds",
     "pixel_values_flat_video",
     "input_audio_features",
 )
-#: The modality each form routes to.
+#: The modality each routing key routes to.
 MODALITY_OF = {
     "image_embeds": "images",
     "pixel_values_flat": "images",
@@ -35,28 +35,28 @@ MODALITY_OF = {
 
 @dataclass
 class InputGroup:
-    """One modality's inputs in one form.
+    """One modality's inputs under one routing key.
 
     Attributes:
-        form: the routing key of the form (``"image_embeds"``, ``"pixel_values_flat"``, ...).
+        key: the routing key (``"image_embeds"``, ``"pixel_values_flat"``, ...).
         kwargs: the keyword arguments, in the order a processor would emit them.
         num_items: items a conforming ``embed_multimodal`` returns for them.
         expected: for precomputed embeddings, the exact tensors to come back (else empty).
         uses_encoder: whether producing the outputs takes the vision or audio encoder.
     """
 
-    form: str
+    key: str
     kwargs: dict[str, object]
     num_items: int
     expected: list[torch.Tensor] = field(default_factory=list)
 
     @property
     def modality(self) -> str:
-        return MODALITY_OF[self.form]
+        return MODALITY_OF[self.key]
 
     @property
     def uses_encoder(self) -> bool:
-        return self.form not in ("image_embeds", "video_embeds")
+        return self.key not in ("image_embeds", "video_embeds")
 
 
 def _generator(seed: int) -> torch.Generator:

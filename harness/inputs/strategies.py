@@ -13,8 +13,7 @@ from harness.checkpoints.spec import ModelSpec
 from harness.inputs import model_kwargs
 from harness.inputs.media import audio_clip, embedding_rows, pil_image, video_clip
 from harness.inputs.model_kwargs import InputGroup
-from harness.inputs.requests import PLACEHOLDER, Items
-from harness.inputs.requests import Request as UserRequest
+from harness.inputs.requests import PLACEHOLDER, Items, Request
 
 #: Keyword arguments a model's ``embed_multimodal`` receives that name no multimodal input.
 UNRELATED_KWARGS: dict[str, object] = {
@@ -28,8 +27,9 @@ UNRELATED_KWARGS: dict[str, object] = {
 
 
 @dataclass
-class Request:
-    """One ``embed_multimodal`` call: groups in key order, plus ignorable extras."""
+class EmbedCall:
+    """The keyword arguments of one ``embed_multimodal`` call: groups in key order, plus
+    ignorable extras."""
 
     groups: list[InputGroup]
     extras: dict[str, object] = field(default_factory=dict)
@@ -47,37 +47,38 @@ class Request:
 
 
 @st.composite
-def input_groups(draw: st.DrawFn, spec: ModelSpec, form: str, *, ragged: bool = True) -> InputGroup:
-    """One group of ``form``; embedding lists have per-item row counts when ``ragged``."""
+def input_groups(draw: st.DrawFn, spec: ModelSpec, key: str, *, ragged: bool = True) -> InputGroup:
+    """One group under routing ``key``; embedding lists have per-item row counts when
+    ``ragged``."""
     seed = draw(st.integers(0, 2**16))
     n = draw(st.integers(1, 3))
-    if form in ("image_embeds", "video_embeds"):
+    if key in ("image_embeds", "video_embeds"):
         stacked = draw(st.booleans())
         rows = (
             [draw(st.integers(1, 4))] * n
             if stacked or not ragged
             else draw(st.lists(st.integers(1, 4), min_size=n, max_size=n))
         )
-        return model_kwargs.embeddings(spec, form, rows, stacked=stacked, seed=seed)
-    if form == "pixel_values_flat":
+        return model_kwargs.embeddings(spec, key, rows, stacked=stacked, seed=seed)
+    if key == "pixel_values_flat":
         tiles = draw(st.lists(st.integers(1, 3), min_size=n, max_size=n))
         return model_kwargs.image_pixels(spec, tiles, seed=seed)
-    if form == "pixel_values_flat_video":
+    if key == "pixel_values_flat_video":
         frames = draw(st.lists(st.integers(1, 3), min_size=n, max_size=n))
         return model_kwargs.video_pixels(spec, frames, seed=seed)
-    if form == "input_audio_features":
+    if key == "input_audio_features":
         clips = draw(st.lists(st.integers(1, 2), min_size=n, max_size=n))
         return model_kwargs.audio_features(spec, clips, seed=seed)
-    raise ValueError(f"form: expected one of {model_kwargs.FORMS}, got {form!r}")
+    raise ValueError(f"key: expected one of {model_kwargs.ROUTING_KEYS}, got {key!r}")
 
 
 @st.composite
-def requests(
+def embed_calls(
     draw: st.DrawFn, spec: ModelSpec, *, ragged: bool = True, none_keys: bool = True
-) -> Request:
-    """A random subset of modalities, each in one form, in random key order, with unrelated
-    keyword arguments mixed in; with ``ragged``, embedding lists of per-item row counts; with
-    ``none_keys``, None-valued keys of absent forms."""
+) -> EmbedCall:
+    """A random subset of modalities, each under one routing key, in random key order, with
+    unrelated keyword arguments mixed in; with ``ragged``, embedding lists of per-item row
+    counts; with ``none_keys``, None-valued keys of absent ones."""
     choices = {
         "images": st.sampled_from(["image_embeds", "pixel_values_flat"]),
         "videos": st.sampled_from(["video_embeds", "pixel_values_flat_video"]),
@@ -85,15 +86,15 @@ def requests(
     if spec.audio:
         choices["audios"] = st.just("input_audio_features")
     present = draw(st.lists(st.sampled_from(sorted(choices)), unique=True, max_size=3))
-    forms = [draw(choices[m]) for m in present]
-    groups = [draw(input_groups(spec, form, ragged=ragged)) for form in forms]
-    absent = [f for f in ("image_embeds", "video_embeds") if f not in forms and none_keys]
+    keys = [draw(choices[m]) for m in present]
+    groups = [draw(input_groups(spec, key, ragged=ragged)) for key in keys]
+    absent = [k for k in ("image_embeds", "video_embeds") if k not in keys and none_keys]
     extras: dict[str, object] = {}
     for key in draw(st.lists(st.sampled_from(absent), unique=True)) if absent else []:
         extras[key] = None
     for key in draw(st.lists(st.sampled_from(sorted(UNRELATED_KWARGS)), unique=True)):
         extras[key] = UNRELATED_KWARGS[key]
-    return Request(groups=groups, extras=extras)
+    return EmbedCall(groups=groups, extras=extras)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -164,13 +165,13 @@ def _prompt(draw: st.DrawFn, items: dict[str, Items]) -> str:
 @st.composite
 def media_requests(
     draw: st.DrawFn, spec: ModelSpec, bounds: RequestBounds = REQUEST_BOUNDS
-) -> UserRequest:
+) -> Request:
     """A request with media of one to three modalities (audio only when the checkpoint has
     it) within ``bounds``, their placeholders interleaved at random."""
     modalities = ["image", "video", "audio"] if spec.audio else ["image", "video"]
     present = draw(st.lists(st.sampled_from(modalities), min_size=1, max_size=3, unique=True))
     items: dict[str, Items] = {m: draw(_media(m, bounds)) for m in present}
-    return UserRequest(
+    return Request(
         _prompt(draw, items),
         images=items.get("image", []),
         videos=items.get("video", []),
@@ -181,7 +182,7 @@ def media_requests(
 @st.composite
 def embedding_requests(
     draw: st.DrawFn, spec: ModelSpec, modality: str, bounds: RequestBounds = REQUEST_BOUNDS
-) -> UserRequest:
+) -> Request:
     """A request with precomputed embeddings of ``modality`` (``image`` or ``video``) within
     ``bounds``."""
     if modality not in ("image", "video"):
@@ -189,8 +190,8 @@ def embedding_requests(
     given = draw(_embeddings(spec, bounds))
     prompt = _prompt(draw, {modality: given})
     if modality == "image":
-        return UserRequest(prompt, images=given)
-    return UserRequest(prompt, videos=given)
+        return Request(prompt, images=given)
+    return Request(prompt, videos=given)
 
 
 # ---------------------------------------------------------------------------------------------

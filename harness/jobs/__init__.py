@@ -4,8 +4,9 @@
   report;
 - ``supervisor``: each target's pytest process watched from outside (time and memory limits,
   restarts);
-- ``results``: the results schema and a run's verdict (:func:`~.results.run_status`);
-- ``report``: the conformance report, Markdown and JSON;
+- ``results``: the results schema (what the plugin writes, what the supervisor hands on);
+- ``report``: a run's verdict (:func:`~.report.verdict`, decided there alone) and the
+  conformance report, Markdown and JSON;
 - ``deviations``: the known-deviation files of ``fixtures/deviations/``;
 - ``gate``: the pull-request gate (``nemotron-vl-gate``), a base and a head of vLLM compared;
 - ``findings``: the reproductions of vLLM bugs against the installed vLLM

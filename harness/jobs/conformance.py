@@ -116,14 +116,7 @@ def run_target(
         results = read_results(results_path)
     except ResultsError as e:
         return TargetRun(selector, status, None, problem=str(e), supervised=supervised)
-    problem = ""
-    if results["stopped"]:
-        problem = results["stopped"]
-    elif results["complete"] and status not in (0, 1):
-        problem = f"pytest exited {status} (the harness could not run this target)"
-    elif not results["checks"] and not supervised.incidents:
-        problem = "no conformance checks ran"
-    return TargetRun(selector, status, results, problem, supervised=supervised)
+    return TargetRun(selector, status, results, supervised=supervised)
 
 
 def split_pytest_args(argv: list[str] | None) -> tuple[list[str], list[str]]:

@@ -43,7 +43,8 @@ from harness import ROOT
 from harness.checkpoints.cache import shared_folders
 from harness.jobs.conformance import run_target, split_pytest_args
 from harness.jobs.deviations import deviations_path
-from harness.jobs.report import TargetRun, build_report, run_status, write_report
+from harness.jobs.report import TargetRun, build_report, write_report
+from harness.jobs.report import verdict as run_verdict
 from harness.jobs.results import Outcome, ResultsError, TargetStatus, read_results
 from harness.jobs.supervisor import Interrupt, Limits
 from harness.model_files import CONFIG_MODULES, MODEL_FAMILY_MODULES, file_of
@@ -143,7 +144,7 @@ class Side:
 
     @property
     def status(self) -> str:
-        return run_status(self.run).value
+        return run_verdict(self.run).status.value
 
     @property
     def outcomes(self) -> dict[str, dict[str, Any]]:
@@ -260,7 +261,7 @@ def render(
         "",
     ]
     for side in (base, head):
-        problem = f" — {side.run.problem}" if side.run.problem else ""
+        problem = f" — {run_verdict(side.run).problem}" if run_verdict(side.run).problem else ""
         how = "cached results" if side.cached else f"{side.seconds:g} s"
         lines.append(f"- {side.name} ({side.rev}): {side.status}{problem} ({how})")
     lines += ["", f"## Regressions ({len(delta.regressions)})", ""]
@@ -373,7 +374,7 @@ def main(argv: list[str] | None = None) -> int:
             side.name: {
                 "selector": selector_for(side.files),
                 "status": side.status,
-                "problem": side.run.problem,
+                "problem": run_verdict(side.run).problem,
                 "seconds": side.seconds,
                 "cached": side.cached,
             }

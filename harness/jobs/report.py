@@ -25,6 +25,7 @@ from harness.jobs.results import (
     TargetStatus,
 )
 from harness.jobs.supervisor import Supervised
+from harness.runs_on import RUNS_ON
 
 SHORT_PREFIX = "suites/conformance/"
 
@@ -36,7 +37,7 @@ class TargetRun:
     selector: str
     exit_status: int
     results: TargetResults | None
-    problem: str = ""  # set when the harness could not run this target
+    problem: str = ""  # why no usable results came back (the verdict adds what they show)
     supervised: Supervised | None = None  # what the supervisor saw (faults, restarts, memory)
 
     @property
@@ -112,23 +113,43 @@ def _measured(run: TargetRun) -> dict[str, Any]:
     return {check["id"]: check["measured"] for check in run.checks if check.get("measured")}
 
 
-def run_status(run: TargetRun) -> TargetStatus:
-    """The target's status: faults the supervisor saw come first, then the checks' outcomes."""
+@dataclass(frozen=True)
+class Verdict:
+    """A target run's status, and what stopped the harness from running it (empty: nothing)."""
+
+    status: TargetStatus
+    problem: str
+
+
+def verdict(run: TargetRun) -> Verdict:
+    """The one place a run's verdict is decided: faults the supervisor saw come first, then
+    what the results show (a target that stopped itself, pytest's exit status, no checks),
+    then the checks' outcomes."""
     incidents = run.supervised.incidents if run.supervised else []
     kinds = {IncidentKind(i["kind"]) for i in incidents}
+    problem = run.problem
+    results = run.results
+    if results is not None and not problem:
+        if results["stopped"]:
+            problem = results["stopped"]
+        elif results["complete"] and run.exit_status not in (0, 1):
+            problem = f"pytest exited {run.exit_status} (the harness could not run this target)"
+        elif not results["checks"] and not incidents:
+            problem = "no conformance checks ran"
     if IncidentKind.INTERRUPTED in kinds:
-        return TargetStatus.INTERRUPTED
-    if run.results is None or run.problem:
-        return TargetStatus.CRASHED if IncidentKind.CRASH in kinds else TargetStatus.COULD_NOT_RUN
+        return Verdict(TargetStatus.INTERRUPTED, problem)
+    if results is None or problem:
+        status = TargetStatus.CRASHED if IncidentKind.CRASH in kinds else TargetStatus.COULD_NOT_RUN
+        return Verdict(status, problem)
     if IncidentKind.CRASH in kinds:
-        return TargetStatus.CRASHED
+        return Verdict(TargetStatus.CRASHED, problem)
     if IncidentKind.GAVE_UP in kinds or any(i["check"] is None for i in incidents):
-        return TargetStatus.INCOMPLETE  # checks were left unrun
-    if not run.results["complete"] and not incidents:
-        return TargetStatus.INCOMPLETE
+        return Verdict(TargetStatus.INCOMPLETE, problem)  # checks were left unrun
+    if not results["complete"] and not incidents:
+        return Verdict(TargetStatus.INCOMPLETE, problem)
     if any(summarize(run)[o] for o in FAILING) or run.exit_status not in (0, 5):
-        return TargetStatus.FAILED
-    return TargetStatus.OK
+        return Verdict(TargetStatus.FAILED, problem)
+    return Verdict(TargetStatus.OK, problem)
 
 
 def _supervision(run: TargetRun) -> dict[str, Any]:
@@ -168,8 +189,8 @@ def build_report(runs: Sequence[TargetRun], command: str = "") -> Report:
                 "identity": run.results["target"] if run.results else None,
                 "device": run.results["device"] if run.results else None,
                 "pytest_exit_status": run.exit_status,
-                "status": run_status(run),
-                "problem": run.problem,
+                "status": verdict(run).status,
+                "problem": verdict(run).problem,
                 "summary": summarize(run),
                 "stale_deviations": run.results["stale_deviations"] if run.results else [],
                 "build_timings": run.results["build_timings"] if run.results else {},
@@ -232,16 +253,8 @@ def render_markdown(report: Report) -> str:
         if t["problem"]:
             lines += ["", f"**`{t['selector']}` {t['status']}:** {t['problem']}"]
     lines += _incident_section(targets)
-    lines += [
-        "",
-        "What the checks ran on (a real model: built by the target's own constructor, loaded "
-        "by its loader from the checkpoint folder or, for minimal-layer builds, with dummy "
-        "weights; LoRA manager: adapter folders loaded and applied by the target's own LoRA "
-        "machinery on such a model; real processing info: the target's processor for the "
-        "folder, its processor factory refusing; classes and functions: no instance, class "
-        "attributes included):",
-        "",
-    ]
+    meanings = "; ".join(f"{what}: {meaning}" for what, meaning in RUNS_ON.items())
+    lines += ["", f"What the checks run on ({meanings}):", ""]
     for t in targets:
         counts = ", ".join(f"{n} on {what}" for what, n in sorted(t.get("runs_on", {}).items()))
         lines.append(f"- `{t['selector']}`: {counts or 'nothing recorded'}")

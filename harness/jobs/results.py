@@ -45,15 +45,11 @@ class Outcome(enum.StrEnum):
 FAILING = (Outcome.FAIL, Outcome.ERROR, Outcome.XPASS)
 
 
-#: The serving configuration of a check whose process died before recording it.
-UNRECORDED_SERVING = "unrecorded"
-
-
 class CheckResult(TypedDict):
     id: str  # the pytest node id
     outcome: str  # an Outcome value
     reason: str
-    runs_on: str | None  # what the check reached (harness.targets.base.CHECK_PATHS)
+    runs_on: str | None  # what the check runs on (harness.runs_on.RUNS_ON)
     serving: str  # the serving configuration it ran under (harness.checkpoints.serving): its name
     serving_args: NotRequired[list[str]]  # that configuration's vllm serve options
     duration_s: float
@@ -157,3 +153,38 @@ def replace_text(path: Path, text: str) -> None:
 
 def write_results(path: Path, document: TargetResults) -> None:
     replace_text(path, json.dumps(document, indent=2) + "\n")
+
+
+class StoppedCheck(TypedDict):
+    """A check a fault stopped, as the supervisor hands it to the next pytest process, which
+    records it (``--stopped-checks FILE``: a JSON list of these)."""
+
+    id: str
+    outcome: str  # a FAIL (time or memory limit) or an ERROR (the process died)
+    reason: str
+
+
+def write_stopped_checks(path: Path, checks: list[StoppedCheck]) -> None:
+    replace_text(path, json.dumps(checks, indent=2) + "\n")
+
+
+def read_stopped_checks(path: Path) -> list[StoppedCheck]:
+    """The stopped checks in ``path``; :class:`ResultsError` naming the field that is wrong."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise ResultsError(f"{path}: expected a JSON list of stopped checks: {e}") from e
+    if not isinstance(data, list):
+        raise ResultsError(f"{path}: expected a JSON list, got {type(data).__name__}")
+    allowed = {Outcome.FAIL.value, Outcome.ERROR.value}
+    for i, check in enumerate(data):
+        if not isinstance(check, dict) or not all(
+            isinstance(check.get(key), str) for key in ("id", "outcome", "reason")
+        ):
+            raise ResultsError(f"{path}: [{i}]: expected id, outcome and reason strings")
+        if check["outcome"] not in allowed:
+            raise ResultsError(
+                f"{path}: [{i}].outcome: expected one of {sorted(allowed)}, got "
+                f"{check['outcome']!r}"
+            )
+    return cast(list[StoppedCheck], data)

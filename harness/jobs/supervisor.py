@@ -6,8 +6,8 @@ whole process group can be killed) and watches it:
 
 - **time**: each check has a limit (``--check-timeout``); the stretches between checks (start-up,
   collection, session teardown) have the same one. A check past it is killed with its process (a
-  loop in compiled code cannot be interrupted from within), recorded as a FAIL naming the check
-  and the limit, and the suites restart from the next check (``--resume``).
+  loop in compiled code cannot be interrupted from within), a FAIL naming the check and the
+  limit, and the suites restart from the next check (``--resume``).
 - **memory**: the resident memory of the process group is sampled; over ``--memory-limit`` the
   group is killed, the running check FAILs, and the suites restart from the next check.
 - **crashes**: a process that dies before its session ends (a signal, ``os._exit(0)``) keeps the
@@ -18,6 +18,12 @@ whole process group can be killed) and watches it:
 
 Every restart must make progress (a check recorded), and at most ``max_restarts`` happen per
 target; after that the checks left are not run and the target is "incomplete".
+
+The supervisor never writes a check's result: the plugin is the one writer
+(:mod:`harness.plugin.results`). A check a fault stopped is handed to the next pytest process
+(``--stopped-checks FILE``), which records it with what it runs on and its serving configuration
+before running the rest; after the last restart, a process records the stopped checks alone
+(``--record-stopped-only``).
 """
 
 from __future__ import annotations
@@ -36,15 +42,14 @@ from pathlib import Path
 from types import FrameType
 
 from harness.jobs.results import (
-    UNRECORDED_SERVING,
-    CheckResult,
     Incident,
     IncidentKind,
     Outcome,
     ResultsError,
+    StoppedCheck,
     TargetResults,
     read_results,
-    write_results,
+    write_stopped_checks,
 )
 
 #: Seconds per check, its set-up included. Measured on a 2-core CPU machine, warm: the slowest
@@ -224,8 +229,17 @@ class Supervisor:
         self.interrupt = interrupt
         self.started = 0.0
         self.outcome = Supervised(exit_status=0)
+        #: the checks faults stopped, for the next process to record
+        self.stopped: list[StoppedCheck] = []
+        self.stopped_file = progress.with_name(progress.name + ".stopped.json")
 
     def run(self) -> Supervised:
+        try:
+            return self._run()
+        finally:
+            self.stopped_file.unlink(missing_ok=True)
+
+    def _run(self) -> Supervised:
         self.started = time.monotonic()
         if not MEMORY_VISIBLE:
             print(
@@ -248,9 +262,11 @@ class Supervisor:
             if watch.incident["check"] is not None:
                 self._record(watch.incident)
             if self._checks_done() <= done_before:
+                self._record_stopped_only()
                 return self.outcome  # no progress: a restart would fail the same way
             if self.outcome.restarts >= self.limits.max_restarts:
                 self._give_up()
+                self._record_stopped_only()
                 return self.outcome
             self.outcome.restarts += 1
             resume = True
@@ -266,13 +282,39 @@ class Supervisor:
             return None
 
     def _checks_done(self) -> int:
+        """Checks recorded, or stopped and to be recorded by the next process."""
         results = self._written()
-        return len(results["checks"]) if results else 0
+        done = {check["id"] for check in results["checks"]} if results else set()
+        return len(done | {check["id"] for check in self.stopped})
+
+    def _command(self, resume: bool, record_only: bool = False) -> list[str]:
+        command = list(self.command(resume))
+        if self.stopped:
+            command.append(f"--stopped-checks={self.stopped_file}")
+        if record_only:
+            command.append("--record-stopped-only")
+        return command
+
+    def _record_stopped_only(self) -> None:
+        """Record the checks faults stopped when no process will run after them: one short
+        process that records them (the plugin is the one writer of results) and runs none."""
+        results = self._written()
+        recorded = {check["id"] for check in results["checks"]} if results else set()
+        if results is None or all(check["id"] in recorded for check in self.stopped):
+            return
+        subprocess.run(
+            self._command(resume=True, record_only=True),
+            cwd=self.cwd,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            timeout=self.limits.check_timeout_s,
+            check=False,
+        )
 
     def _watch(self, resume: bool) -> _Watch:
         self.progress.unlink(missing_ok=True)
         proc = subprocess.Popen(
-            list(self.command(resume)),
+            self._command(resume),
             cwd=self.cwd,
             start_new_session=True,
             stdout=subprocess.PIPE,
@@ -347,10 +389,8 @@ class Supervisor:
         return Incident(kind=kind.value, check=running or None, detail=detail, at_s=self._elapsed())
 
     def _record(self, incident: Incident) -> None:
-        """The check a fault stopped, written into the results so a resumed run skips it."""
-        results = self._written()
-        if results is None:
-            return  # nothing was written yet: the report says what happened
+        """The check a fault stopped, handed to the next process to record (so it is not run
+        again): a timeout or the memory limit FAILs it, a crash makes it an ERROR."""
         check = incident["check"]
         assert check is not None
         outcome = Outcome.ERROR if incident["kind"] == IncidentKind.CRASH else Outcome.FAIL
@@ -359,22 +399,19 @@ class Supervisor:
             IncidentKind.MEMORY: "",
             IncidentKind.CRASH: "the target process died during this check: ",
         }[IncidentKind(incident["kind"])]
-        record = CheckResult(
-            id=check,
-            outcome=outcome.value,
-            reason=f"{what}{incident['detail']}; the run went on from the next check",
-            runs_on=None,
-            serving=UNRECORDED_SERVING,  # the check's process died before it said
-            duration_s=0.0,
+        self.stopped = [c for c in self.stopped if c["id"] != check]
+        self.stopped.append(
+            StoppedCheck(
+                id=check,
+                outcome=outcome.value,
+                reason=f"{what}{incident['detail']}; the run went on from the next check",
+            )
         )
-        results["checks"] = sorted(
-            [c for c in results["checks"] if c["id"] != check] + [record], key=lambda c: c["id"]
-        )
-        write_results(self.results, results)
+        write_stopped_checks(self.stopped_file, self.stopped)
 
     def _give_up(self) -> None:
         results = self._written()
-        left = results["selected"] - len(results["checks"]) if results else -1
+        left = results["selected"] - self._checks_done() if results else -1
         detail = f"stopped after {self.limits.max_restarts} restarts" + (
             f"; {left} checks were not run" if left >= 0 else ""
         )

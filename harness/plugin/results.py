@@ -19,13 +19,15 @@ from harness.jobs.results import (
     CheckResult,
     Outcome,
     ResultsError,
+    StoppedCheck,
     TargetResults,
     read_results,
+    read_stopped_checks,
     replace_text,
     write_results,
 )
 from harness.plugin.deviations import is_check, stale_deviations
-from harness.plugin.target import STOPPED_KEY, check_path, current_target
+from harness.plugin.target import STOPPED_KEY, current_target, runs_on
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -46,11 +48,24 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         action="store_true",
         help="keep the checks already in --results-json and run only the others",
     )
+    parser.getgroup("nemotron-vl").addoption(
+        "--stopped-checks",
+        default=None,
+        metavar="FILE",
+        help="record the checks a fault stopped in an earlier process (a JSON list of id, "
+        "outcome, reason) and do not run them again",
+    )
+    parser.getgroup("nemotron-vl").addoption(
+        "--record-stopped-only",
+        action="store_true",
+        help="record the --stopped-checks and run no check",
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    if config.getoption("--resume") and not config.getoption("--results-json"):
-        raise pytest.UsageError("--resume: expected --results-json PATH to resume from, got none")
+    for option in ("--resume", "--stopped-checks", "--record-stopped-only"):
+        if config.getoption(option) and not config.getoption("--results-json"):
+            raise pytest.UsageError(f"{option}: expected --results-json PATH, got none")
     if config.getoption("--results-json"):
         config.pluginmanager.register(ResultsRecorder(config), "nemotron-vl-results")
     if config.getoption("--progress-file"):
@@ -140,22 +155,43 @@ class ResultsRecorder:
                 raise pytest.UsageError(f"--resume: {e}") from e
             self.results = {check["id"]: check for check in earlier["checks"]}
             self.build_timings = dict(earlier["build_timings"])
+        self.stopped: dict[str, StoppedCheck] = {}
+        if config.getoption("--stopped-checks"):
+            try:
+                stopped = read_stopped_checks(Path(config.getoption("--stopped-checks")))
+            except ResultsError as e:
+                raise pytest.UsageError(f"--stopped-checks: {e}") from e
+            self.stopped = {check["id"]: check for check in stopped}
+        self.record_only = bool(config.getoption("--record-stopped-only"))
 
     @pytest.hookimpl(trylast=True)  # after the deviations are applied (stale-entry detection)
     def pytest_collection_modifyitems(
         self, config: pytest.Config, items: list[pytest.Item]
     ) -> None:
         self.check_ids = {item.nodeid for item in items if is_check(item)}
-        self.runs_on = {item.nodeid: check_path(item) for item in items if is_check(item)}
+        self.runs_on = {item.nodeid: runs_on(item) for item in items if is_check(item)}
         self.serving = {item.nodeid: serving_of(item) for item in items if is_check(item)}
         self.self_consistency = {
             item.nodeid: str(marker.args[0])
             for item in items
             if is_check(item) and (marker := item.get_closest_marker("self_consistency"))
         }
-        done = [item for item in items if item.nodeid in self.results]
+        for item in items:
+            if item.nodeid in self.stopped and item.nodeid not in self.results:
+                stopped = self.stopped[item.nodeid]
+                serving = self.serving[item.nodeid]
+                self.results[item.nodeid] = CheckResult(
+                    id=item.nodeid,
+                    outcome=stopped["outcome"],
+                    reason=stopped["reason"],
+                    runs_on=self.runs_on.get(item.nodeid),
+                    serving=serving.name,
+                    serving_args=serving.cli_args(),
+                    duration_s=0.0,
+                )
+        done = [item for item in items if item.nodeid in self.results or self.record_only]
         if done:  # resuming: what an earlier process finished is not run again
-            items[:] = [item for item in items if item.nodeid not in self.results]
+            items[:] = [item for item in items if item not in done]
             config.hook.pytest_deselected(items=done)
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
@@ -205,7 +241,8 @@ class ResultsRecorder:
             self.write(exit_status=None, complete=False)
 
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
-        self.write(exit_status=int(exitstatus), complete=True)
+        # A process that only recorded stopped checks leaves the run as incomplete as it was.
+        self.write(exit_status=int(exitstatus), complete=not self.record_only)
 
     def write(self, *, exit_status: int | None, complete: bool) -> None:
         target = current_target(self.config)

@@ -206,9 +206,9 @@ def reference_runs(target: Target) -> RequestRuns:
     return RequestRuns(ReferenceTarget(), torch.device("cpu"))
 
 
-def check_path(item: pytest.Item) -> str | None:
+def runs_on(item: pytest.Item) -> str | None:
     """What a check runs on for the current target (its ``concern`` marker), or None."""
     marker = item.get_closest_marker("concern")
     if marker is None:
         return None
-    return current_target(item.config).check_path(str(marker.args[0]))
+    return current_target(item.config).runs_on(str(marker.args[0]))

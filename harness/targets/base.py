@@ -7,34 +7,32 @@ each (the model's multimodal path, weight loading, input contracts, state helper
 configs, processor metadata and arithmetic, typing cases, LoRA metadata), so the same check runs
 against our reference, the installed vLLM, or a vLLM file from a pull request.
 
-Every check records *how* it reached the target (:data:`CHECK_PATHS`): the real model built from
-the checkpoint folder, the real processing info of the target's processor for that folder, or
-the implementation's classes and functions directly. No check runs on a shell (an instance made
-without its constructor).
+Every check records what it runs on (:mod:`harness.runs_on`): a request through the target's
+engine, the real model built from the checkpoint folder, the target's LoRA manager, the real
+processing info of the target's processor for that folder, or the implementation's classes and
+functions directly. No check runs on a shell (an instance made without its constructor).
 """
 
 from __future__ import annotations
 
 import abc
 import hashlib
+import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
+from harness.checkpoints.cache import checkpoint_folder, checkpoint_weights
 from harness.checkpoints.serving import DEFAULT_SERVING, ServingConfig
 from harness.checkpoints.spec import ModelSpec
+from harness.checkpoints.weight_streams import recording_reads
 from harness.inputs.requests import ItemFeatures, ProcessedRequest, Request, RequestResult
+from harness.runs_on import FUNCTIONS
+from reference_impl.checkpoint import TOWER_PREFIXES
 from reference_impl.config import NemotronHConfig
 
-#: How a check reaches its target, as the report shows it.
-REAL_MODEL = "real model"
-REAL_PROCESSING_INFO = "real processing info"
-REQUEST_PATH = "request path"  # the engine's processor, batching and the real model
-LORA_MANAGER = "LoRA manager"  # adapters loaded and applied by the target's LoRA machinery
-FUNCTIONS = "classes and functions"
-CHECK_PATHS = (REQUEST_PATH, REAL_MODEL, LORA_MANAGER, REAL_PROCESSING_INFO, FUNCTIONS)
 #: Keyword arguments a processor emits as floating tensors: a serving engine casts them to the
 #: model's dtype before the model sees them (vLLM's processing context does).
 PROCESSOR_FLOAT_KEYS = ("pixel_values_flat", "pixel_values_flat_video", "input_audio_features")
@@ -262,6 +260,75 @@ class LoadedWeights:
 
 
 @dataclass(frozen=True)
+class ReadBack:
+    """One tensor of a loaded model read back for comparison with the checkpoint.
+
+    Attributes:
+        name: the target's name for it.
+        tensor: its value after loading.
+        expected: the checkpoint tensor it must equal (the part of a fused tensor, converted as
+            the target's loader converts it); None when no checkpoint tensor is known to load it.
+        constructor_value: for a tensor no checkpoint holds and the constructor sets (vLLM's
+            identity layer scales), the value every element must keep; None otherwise.
+    """
+
+    name: str
+    tensor: torch.Tensor
+    expected: torch.Tensor | None
+    constructor_value: float | None = None
+
+
+def compare_read_back(read_back: Iterable[ReadBack]) -> tuple[list[str], list[str]]:
+    """Every tensor read back against the checkpoint, the same way for every target: (not
+    loaded, differing with what). A floating tensor still holding a NaN was left alone by the
+    loader (every one is poisoned before the load); one with no checkpoint tensor known differs
+    unless the constructor sets it and it kept that value."""
+    not_loaded: list[str] = []
+    differing: list[str] = []
+    with torch.no_grad():
+        for item in read_back:
+            name, tensor, expected = item.name, item.tensor, item.expected
+            if expected is None:
+                if item.constructor_value is None:
+                    differing.append(f"{name}: no checkpoint tensor is known to load it")
+                elif not torch.all(tensor == item.constructor_value):
+                    differing.append(
+                        f"{name}: not the constructor's value {item.constructor_value:g}"
+                    )
+            elif tensor.is_floating_point() and torch.isnan(tensor).any():
+                not_loaded.append(name)
+            elif expected.shape != tensor.shape:
+                differing.append(
+                    f"{name}: shape {tuple(tensor.shape)}, checkpoint {tuple(expected.shape)}"
+                )
+            elif not torch.equal(tensor.to(expected.dtype), expected):
+                if tensor.is_floating_point():
+                    diff = (tensor.float() - expected.float()).abs().max().item()
+                    differing.append(f"{name}: max |difference| {diff:.3g}")
+                else:
+                    differing.append(f"{name}: not the checkpoint's values")
+    return not_loaded, differing
+
+
+class FreshModel(abc.ABC):
+    """A model of a checkpoint variant from the target's own constructor, weights not loaded,
+    as the weight-loading check drives it (:meth:`Target.load_weights`)."""
+
+    @abc.abstractmethod
+    def loadable(self) -> Iterable[torch.Tensor]:
+        """The model's own tensors its loader must set (poisoned with NaN before each load)."""
+
+    @abc.abstractmethod
+    def load(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
+        """The target's weight loader on checkpoint-named ``weights``, streamed in order."""
+
+    @abc.abstractmethod
+    def read_back(self, checkpoint: dict[str, torch.Tensor]) -> Iterable[ReadBack]:
+        """Every tensor of the model with the checkpoint tensor it must equal, by the target's
+        naming of its parameters."""
+
+
+@dataclass(frozen=True)
 class MinimalBuild:
     """A model built from the checkpoint with minimal-layer overrides (weights not loaded)."""
 
@@ -433,6 +500,10 @@ class Target(abc.ABC):
     #: variant), written into the results
     timings: dict[str, dict[str, float]]
 
+    def __init__(self) -> None:
+        self.timings = {}
+        self._models: dict[tuple[ModelSpec, str, ServingConfig], MultimodalModel] = {}
+
     @property
     @abc.abstractmethod
     def name(self) -> str:
@@ -446,24 +517,45 @@ class Target(abc.ABC):
     def identity(self) -> TargetIdentity:
         """Name, version and hashes of the files under test."""
 
-    def check_path(self, concern: str) -> str:
+    def runs_on(self, concern: str) -> str:
         """What checks of ``concern`` (a suite's ``concern`` marker) run on for this target:
-        one of :data:`CHECK_PATHS`."""
+        one of :data:`harness.runs_on.RUNS_ON`."""
         return FUNCTIONS
 
     # The model ---------------------------------------------------------------------------
 
-    @abc.abstractmethod
     def model(
         self, spec: ModelSpec, device: torch.device, serving: ServingConfig = DEFAULT_SERVING
     ) -> MultimodalModel:
         """The model of ``spec``'s checkpoint folder served with ``serving``'s options, built
-        and loaded by the target's own constructor and loader (once per spec, configuration
-        and device where the target runs on several; shared)."""
+        and loaded by the target's own constructor and loader (:meth:`build_model`) once per
+        spec, configuration and device, and shared: each caller gets it with its recorded
+        tower calls cleared. The same for every target: the folder is written (or found), the
+        build is timed into :attr:`timings`, the model cached."""
+        key = (spec, str(device), serving)
+        if key not in self._models:
+            start = time.perf_counter()
+            folder = checkpoint_folder(spec)
+            written = time.perf_counter() - start
+            model, steps = self.build_model(spec, folder, device, serving)
+            name = spec.slug if serving == DEFAULT_SERVING else f"{spec.slug} {serving.name}"
+            if steps:  # a model shared with another configuration built nothing new
+                self.timings[name] = {"checkpoint_s": round(written, 3), **steps}
+            self._models[key] = model
+        model = self._models[key]
+        model.calls.reset()
+        return model
+
+    @abc.abstractmethod
+    def build_model(
+        self, spec: ModelSpec, folder: Path, device: torch.device, serving: ServingConfig
+    ) -> tuple[MultimodalModel, dict[str, float]]:
+        """Build and load the model of the checkpoint ``folder`` (``spec``'s) served with
+        ``serving``, with the target's own constructor and loader; with the seconds each step
+        took (empty when nothing was built: a model shared with another configuration)."""
 
     # Weight loading ----------------------------------------------------------------------
 
-    @abc.abstractmethod
     def load_weights(
         self,
         spec: ModelSpec,
@@ -473,8 +565,27 @@ class Target(abc.ABC):
     ) -> LoadedWeights:
         """Load checkpoint-named ``weights`` (in this order, one at a time, as a loader streams
         them) into a model of ``spec`` through the target's weight loader, and compare every
-        parameter with the checkpoint folder's tensors. ``text_only``: every modality limit
-        0. Whatever the loader raises propagates."""
+        tensor with the checkpoint folder's. ``text_only``: every modality limit 0. Whatever
+        the loader raises propagates.
+
+        The same measurement for every target: every tensor the loader must set is poisoned
+        with NaN, the stream's tower tensors read are recorded, and every tensor is read back
+        and compared (:func:`compare_read_back`); a target supplies only its fresh model
+        (:meth:`fresh_model`), which says how it builds, loads and names its tensors."""
+        fresh = self.fresh_model(spec, text_only)
+        with torch.no_grad():
+            for tensor in fresh.loadable():
+                if tensor.is_floating_point():
+                    tensor.fill_(float("nan"))  # a tensor the loader leaves alone stays NaN
+        reads: list[str] = []
+        fresh.load(recording_reads(weights, TOWER_PREFIXES, reads))
+        not_loaded, differing = compare_read_back(fresh.read_back(checkpoint_weights(spec)))
+        return LoadedWeights(not_loaded, differing, reads)
+
+    @abc.abstractmethod
+    def fresh_model(self, spec: ModelSpec, text_only: bool) -> FreshModel:
+        """A model of ``spec`` from the target's constructor, weights not loaded (one per spec
+        and mode is enough: every load poisons its tensors first)."""
 
     @abc.abstractmethod
     def linear_quantization(self, spec: ModelSpec) -> dict[str, str | None]:

@@ -24,7 +24,7 @@ from reference_impl.tokenizer import shared_tokenizer
 
 pytestmark = pytest.mark.concern("model")
 
-KIND_OF_FORM = {
+KIND_OF_KEY = {
     "image_embeds": "image_embeds",
     "pixel_values_flat": "pixel_values",
     "video_embeds": "video_embeds",
@@ -33,28 +33,28 @@ KIND_OF_FORM = {
 }
 
 
-def one_group(spec, form, seed=0):
-    if form in ("image_embeds", "video_embeds"):
-        return model_kwargs.embeddings(spec, form, [3, 3], stacked=True, seed=seed)
-    if form == "pixel_values_flat":
+def one_group(spec, key, seed=0):
+    if key in ("image_embeds", "video_embeds"):
+        return model_kwargs.embeddings(spec, key, [3, 3], stacked=True, seed=seed)
+    if key == "pixel_values_flat":
         return model_kwargs.image_pixels(spec, [2, 1], seed=seed)
-    if form == "pixel_values_flat_video":
+    if key == "pixel_values_flat_video":
         return model_kwargs.video_pixels(spec, [2, 3], seed=seed)
     return model_kwargs.audio_features(spec, [1, 2], seed=seed)
 
 
-@pytest.mark.parametrize("form", model_kwargs.FORMS)
-def test_each_form_reaches_its_modality(model, form):
-    group = one_group(model.spec, form)
+@pytest.mark.parametrize("key", model_kwargs.ROUTING_KEYS)
+def test_each_form_reaches_its_modality(model, key):
+    group = one_group(model.spec, key)
     parsed = model.parse(**group.kwargs)
-    assert list(parsed) == [group.modality], f"{form} routed to {list(parsed)}"
-    assert parsed[group.modality].kind == KIND_OF_FORM[form]
+    assert list(parsed) == [group.modality], f"{key} routed to {list(parsed)}"
+    assert parsed[group.modality].kind == KIND_OF_KEY[key]
     assert parsed[group.modality].num_items == group.num_items
     out = model.embed_multimodal(**group.kwargs)
-    assert len(out) == group.num_items, f"{form}: {group.num_items} items, {len(out)} outputs"
+    assert len(out) == group.num_items, f"{key}: {group.num_items} items, {len(out)} outputs"
     ran_encoder = bool(model.calls.vision or model.calls.audio)
     assert ran_encoder == group.uses_encoder, (
-        f"{form}: encoder ran={ran_encoder}, expected {group.uses_encoder}"
+        f"{key}: encoder ran={ran_encoder}, expected {group.uses_encoder}"
     )
 
 
@@ -119,7 +119,7 @@ def test_audio_gives_valid_frames_only(model):
 def test_output_order_follows_first_key(model, order):
     """Outputs come modality by modality in the order each modality's first key appears, and
     equal what each modality gives on its own."""
-    groups = [one_group(model.spec, form, seed=i) for i, form in enumerate(order)]
+    groups = [one_group(model.spec, key, seed=i) for i, key in enumerate(order)]
     alone = [list(model.embed_multimodal(**g.kwargs)) for g in groups]
     together = model.embed_multimodal(**model_kwargs.combine(groups))
     assert_close_tensors(together, [t for outs in alone for t in outs], "-".join(order))
@@ -150,7 +150,7 @@ def test_unrelated_kwargs_are_ignored(model):
 @pytest.mark.parametrize("modality", ["images", "videos"])
 def test_both_forms_of_one_modality_are_not_silently_dropped(model, modality):
     """Pixels and embeddings of the same modality in one call: either both give outputs, or a
-    clear error names them. Dropping one form silently is the failure."""
+    clear error names them. Dropping one key silently is the failure."""
     spec = model.spec
     if modality == "images":
         groups = [one_group(spec, "image_embeds"), one_group(spec, "pixel_values_flat")]
@@ -159,16 +159,16 @@ def test_both_forms_of_one_modality_are_not_silently_dropped(model, modality):
     try:
         out = model.embed_multimodal(**model_kwargs.combine(groups))
     except Exception as exc:
-        assert_clear_error(exc, [g.form for g in groups])
+        assert_clear_error(exc, [g.key for g in groups])
         return
     assert len(out) == sum(g.num_items for g in groups), (
         f"{len(out)} outputs for {sum(g.num_items for g in groups)} items: "
-        "one form was silently dropped"
+        "one key was silently dropped"
     )
 
 
 @pytest.mark.parametrize(
-    ("form", "missing"),
+    ("key", "missing"),
     [
         ("pixel_values_flat", "image_num_patches"),
         ("pixel_values_flat_video", "video_num_patches"),
@@ -176,8 +176,8 @@ def test_both_forms_of_one_modality_are_not_silently_dropped(model, modality):
         ("input_audio_features", "audio_num_clips"),
     ],
 )
-def test_incomplete_inputs_raise_a_clear_error(model, form, missing):
-    group = one_group(model.spec, form)
+def test_incomplete_inputs_raise_a_clear_error(model, key, missing):
+    group = one_group(model.spec, key)
     kwargs = {k: v for k, v in group.kwargs.items() if k != missing}
     with raises_clear_error(missing):
         model.embed_multimodal(**kwargs)
@@ -198,21 +198,20 @@ VARIANTS = {
 @settings(suppress_health_check=[HealthCheck.function_scoped_fixture])  # a factory: new model each
 @given(data=st.data())
 def test_nothing_is_silently_dropped(make_model, variant, data):
-    """Any subset of modalities, forms, item counts, key orders and unrelated keys: every
+    """Any subset of modalities, routing keys, item counts, key orders and unrelated keys: every
     provided item yields an output (matching what its group gives alone, in first-key order),
     or the call raises a clear error naming a provided key."""
     model = make_model()
-    request = data.draw(strategies.requests(model.spec, **VARIANTS[variant]), label="request")
+    request = data.draw(strategies.embed_calls(model.spec, **VARIANTS[variant]), label="request")
     try:
         out = model.embed_multimodal(**request.kwargs)
     except Exception as exc:
-        assert is_clear_error(exc, [g.form for g in request.groups]), (
-            f"unclear error for forms {[g.form for g in request.groups]}: "
-            f"{type(exc).__name__}: {exc}"
+        assert is_clear_error(exc, [g.key for g in request.groups]), (
+            f"unclear error for keys {[g.key for g in request.groups]}: {type(exc).__name__}: {exc}"
         )
         return
     assert len(out) == request.num_items, (
-        f"{request.num_items} items, {len(out)} outputs for {[g.form for g in request.groups]}"
+        f"{request.num_items} items, {len(out)} outputs for {[g.key for g in request.groups]}"
     )
     expected = [t for g in request.groups for t in model.embed_multimodal(**g.kwargs)]
     assert_close_tensors(out, expected, "outputs")

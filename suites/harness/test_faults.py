@@ -225,6 +225,9 @@ def test_a_fault_in_a_check_fails_it_and_the_run_goes_on(
     assert faulty["outcome"] == outcome, faulty
     assert words in faulty["reason"], faulty
     assert "the run went on from the next check" in faulty["reason"], faulty
+    # Recorded by the plugin of the restarted process (the one writer of results), with what
+    # the check runs on and its serving configuration, as any other check.
+    assert (faulty["runs_on"], faulty["serving"]) == ("real model", "default"), faulty
     for check in AFTER:
         result = job.outcome(check)
         assert result is not None, check
@@ -260,6 +263,10 @@ def test_restarts_run_out_and_the_run_is_incomplete(main_jobs: dict[Job, MainJob
         in (job.target["incidents"][1]["detail"])
     )
     assert all(job.outcome(check) is None for check in AFTER)
+    # No process ran after the last fault: one recorded the stopped check alone.
+    faulty = job.outcome(FAULTY)
+    assert faulty is not None
+    assert (faulty["outcome"], faulty["runs_on"]) == ("error", "real model"), faulty
 
 
 def test_an_interrupted_run_still_writes_its_report(tmp_path: Path) -> None:

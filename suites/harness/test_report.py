@@ -19,6 +19,8 @@ from harness.jobs.results import (
     ResultsError,
     TargetStatus,
     read_results,
+    read_stopped_checks,
+    write_stopped_checks,
 )
 from harness.jobs.supervisor import Supervised
 from suites.harness.helpers import ROOT, validate
@@ -297,8 +299,8 @@ def recorded_timeout(check_id):
         "id": check_id,
         "outcome": "fail",
         "reason": "exceeded the check time limit of 1 s",
-        "runs_on": None,
-        "serving": "unrecorded",
+        "runs_on": "real model",
+        "serving": "default",
         "duration_s": 0.0,
     }
 
@@ -437,3 +439,35 @@ def test_what_checks_measured_is_listed_by_kind():
     assert (
         "- audios audio[0] input_audio_features: 2.15e-06 (float32; atol 0.0001, rtol 1e-05)" in md
     )
+
+
+# ---------------------------------------------------------------------------------------------
+# Stopped checks: what the supervisor hands the next process (the plugin records them)
+
+
+def test_stopped_checks_round_trip(tmp_path):
+    path = tmp_path / "stopped.json"
+    checks = [{"id": "suites/x.py::t", "outcome": "error", "reason": "killed by SIGSEGV"}]
+    write_stopped_checks(path, checks)
+    assert read_stopped_checks(path) == checks
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ("{", "expected a JSON list of stopped checks"),
+        ('{"id": "x"}', "expected a JSON list, got dict"),
+        ('[{"id": "x", "outcome": "fail"}]', "[0]: expected id, outcome and reason strings"),
+        (
+            '[{"id": "x", "outcome": "pass", "reason": "r"}]',
+            "[0].outcome: expected one of ['error', 'fail'], got 'pass'",
+        ),
+    ],
+    ids=["not-json", "not-a-list", "no-reason", "a-pass"],
+)
+def test_a_bad_stopped_checks_file_is_refused_naming_the_field(tmp_path, text, says):
+    path = tmp_path / "stopped.json"
+    path.write_text(text)
+    with pytest.raises(ResultsError) as caught:
+        read_stopped_checks(path)
+    assert says in str(caught.value)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator
 from importlib import metadata
 from pathlib import Path
@@ -16,18 +17,14 @@ from torch import nn
 
 import reference_impl
 from harness import ROOT
-from harness.checkpoints.cache import checkpoint_folder, checkpoint_weights
-from harness.checkpoints.serving import DEFAULT_SERVING, ServingConfig
+from harness.checkpoints.cache import checkpoint_folder
+from harness.checkpoints.serving import ServingConfig
 from harness.checkpoints.spec import ModelSpec
-from harness.checkpoints.weight_streams import recording_reads
+from harness.runs_on import FUNCTIONS, LORA_MANAGER, REAL_MODEL, REQUEST_PATH
 from harness.targets.base import (
-    FUNCTIONS,
-    LORA_MANAGER,
-    REAL_MODEL,
-    REQUEST_PATH,
     DeepcopyRefused,
+    FreshModel,
     LiveParameter,
-    LoadedWeights,
     LoRAMetadata,
     LoRAOptions,
     LoRAServing,
@@ -37,6 +34,7 @@ from harness.targets.base import (
     NotImplementedByTarget,
     ProcessorCounts,
     ProcessorMetadata,
+    ReadBack,
     Target,
     TargetIdentity,
     lora_attributes,
@@ -46,12 +44,7 @@ from harness.targets.reference.model import ReferenceModel
 from reference_impl import metadata as config_metadata
 from reference_impl import processor, tiling
 from reference_impl.audio import audio_token_count
-from reference_impl.checkpoint import (
-    TOWER_PREFIXES,
-    checkpoint_state_dict,
-    load_folder,
-    load_vl_checkpoint,
-)
+from reference_impl.checkpoint import checkpoint_state_dict, load_folder, load_vl_checkpoint
 from reference_impl.config import NemotronHConfig, VLConfig
 from reference_impl.inputs import (
     AudioFeatureInputs,
@@ -71,8 +64,8 @@ from reference_impl.video_replacement import video_replacement_ids
 
 _T = TypeVar("_T")
 
-#: What each concern of the suites runs on, for this target.
-CHECK_PATHS = {
+#: What each concern of the suites runs on, for this target (:mod:`harness.runs_on`).
+RUNS_ON_BY_CONCERN = {
     "requests": REQUEST_PATH,
     "model": REAL_MODEL,
     "weights": REAL_MODEL,
@@ -220,70 +213,41 @@ class ReferenceTarget(Target):
         files = {f"reference_impl/{p.name}": sha256_of(p) for p in sorted(root.glob("*.py"))}
         return TargetIdentity(name="reference", version=version, files=files)
 
-    def check_path(self, concern: str) -> str:
-        return CHECK_PATHS.get(concern, FUNCTIONS)
+    def runs_on(self, concern: str) -> str:
+        return RUNS_ON_BY_CONCERN.get(concern, FUNCTIONS)
 
     def __init__(self) -> None:
-        self._models: dict[tuple[ModelSpec, str, ServingConfig], ReferenceModel] = {}
+        super().__init__()
         self._fresh: dict[ModelSpec, NanoNemotronVLForConditionalGeneration] = {}
-        self.timings: dict[str, dict[str, float]] = {}
 
-    def model(
-        self, spec: ModelSpec, device: torch.device, serving: ServingConfig = DEFAULT_SERVING
-    ) -> MultimodalModel:
+    def build_model(
+        self, spec: ModelSpec, folder: Path, device: torch.device, serving: ServingConfig
+    ) -> tuple[MultimodalModel, dict[str, float]]:
         """The reference applies ``serving`` in its own terms: ``--dtype`` the dtype its model
         computes in ("auto": fp32, the oracle's precision, whatever the folder is saved in);
         ``--max-model-len`` and ``--mm-processor-kwargs`` its processor's context and options;
         the request-level options (embeddings accepted, per-prompt limits, the context, the
         video loader's frames) in its request path (:mod:`.requests`). It has no caches to
         size and no tensor parallelism: checks of those raise :class:`NotImplementedByTarget`."""
-        key = (spec, str(device), serving)
-        if key not in self._models:
-            loaded = load_folder(
-                checkpoint_folder(spec),
-                shared_tokenizer(),
-                dtype=serving.torch_dtype() or torch.float32,
-                max_num_tiles=spec.max_num_tiles,
-                video_pruning_rate=spec.video_pruning_rate,
-                processor_options=serving.processor_kwargs(),
-                max_model_len=serving.max_model_len,
-            ).to(device)
-            self._models[key] = ReferenceModel(loaded, spec, serving)
-        model = self._models[key]
-        model.calls.reset()
-        return model
+        start = time.perf_counter()
+        loaded = load_folder(
+            folder,
+            shared_tokenizer(),
+            dtype=serving.torch_dtype() or torch.float32,
+            max_num_tiles=spec.max_num_tiles,
+            video_pruning_rate=spec.video_pruning_rate,
+            processor_options=serving.processor_kwargs(),
+            max_model_len=serving.max_model_len,
+        ).to(device)
+        built = round(time.perf_counter() - start, 3)
+        return ReferenceModel(loaded, spec, serving), {"build_and_load_s": built}
 
-    def load_weights(
-        self,
-        spec: ModelSpec,
-        weights: Iterable[tuple[str, torch.Tensor]],
-        *,
-        text_only: bool = False,
-    ) -> LoadedWeights:
+    def fresh_model(self, spec: ModelSpec, text_only: bool) -> FreshModel:
         if spec not in self._fresh:
             self._fresh[spec] = NanoNemotronVLForConditionalGeneration(
                 spec.vl_config(), shared_tokenizer()
             )
-        model = self._fresh[spec]
-        with torch.no_grad():
-            for tensor in [*model.parameters(), *model.buffers()]:
-                if tensor.is_floating_point():
-                    tensor.fill_(float("nan"))  # a tensor the loader leaves alone stays NaN
-        reads: list[str] = []
-        load_vl_checkpoint(
-            model, recording_reads(weights, TOWER_PREFIXES, reads), text_only=text_only
-        )
-        checkpoint = checkpoint_weights(spec)
-        not_loaded, differing = [], []
-        for name, value in checkpoint_state_dict(model).items():
-            expected = checkpoint.get(name)
-            if expected is None or not value.is_floating_point():
-                continue
-            if torch.isnan(value).any():
-                not_loaded.append(name)
-            elif not torch.equal(value.to(expected.dtype), expected):
-                differing.append(name)
-        return LoadedWeights(not_loaded, differing, reads)
+        return _FreshReference(self._fresh[spec], text_only)
 
     def linear_quantization(self, spec: ModelSpec) -> dict[str, str | None]:
         raise NotImplementedByTarget(
@@ -405,3 +369,23 @@ class ReferenceTarget(Target):
             "the reference has no tensor parallelism: one process holds every parameter whole "
             f"(spec {spec.slug}, --tensor-parallel-size {tp_size})"
         )
+
+
+class _FreshReference(FreshModel):
+    """The reference model of a spec, weights not loaded; read back in checkpoint naming
+    (:func:`~reference_impl.checkpoint.checkpoint_state_dict`: the reference names its tensors
+    as the checkpoint does, fused ones split back)."""
+
+    def __init__(self, model: NanoNemotronVLForConditionalGeneration, text_only: bool) -> None:
+        self.model = model
+        self.text_only = text_only
+
+    def loadable(self) -> Iterable[torch.Tensor]:
+        return [*self.model.parameters(), *self.model.buffers()]
+
+    def load(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
+        load_vl_checkpoint(self.model, weights, text_only=self.text_only)
+
+    def read_back(self, checkpoint: dict[str, torch.Tensor]) -> Iterable[ReadBack]:
+        for name, value in checkpoint_state_dict(self.model).items():
+            yield ReadBack(name, value, checkpoint.get(name))

@@ -27,19 +27,14 @@ from harness import ROOT
 from harness.checkpoints.cache import checkpoint_folder, checkpoint_weights
 from harness.checkpoints.serving import DEFAULT_SERVING, ServingConfig
 from harness.checkpoints.spec import ModelSpec
-from harness.checkpoints.weight_streams import recording_reads
 from harness.model_files import MODEL_FAMILY_MODULES, MODEL_MODULE
+from harness.runs_on import FUNCTIONS, LORA_MANAGER, REAL_MODEL, REAL_PROCESSING_INFO, REQUEST_PATH
 from harness.targets.base import (
     CACHE_PLATFORMS,
-    FUNCTIONS,
-    LORA_MANAGER,
-    REAL_MODEL,
-    REAL_PROCESSING_INFO,
-    REQUEST_PATH,
     CacheLayout,
     DeepcopyRefused,
+    FreshModel,
     LiveParameter,
-    LoadedWeights,
     LoRAMetadata,
     LoRAOptions,
     LoRAServing,
@@ -48,6 +43,7 @@ from harness.targets.base import (
     MultimodalModel,
     ProcessorCounts,
     ProcessorMetadata,
+    ReadBack,
     Target,
     TargetIdentity,
     TargetLoadError,
@@ -63,11 +59,10 @@ from harness.targets.vllm.runtime import (
     vllm_version,
     without_packed_cpu_kernels,
 )
-from reference_impl.checkpoint import TOWER_PREFIXES
 from reference_impl.config import NemotronHConfig
 
-#: What each concern of the suites runs on, for this target.
-CHECK_PATHS = {
+#: What each concern of the suites runs on, for this target (:mod:`harness.runs_on`).
+RUNS_ON_BY_CONCERN = {
     "requests": REQUEST_PATH,
     "model": REAL_MODEL,
     "weights": REAL_MODEL,
@@ -138,13 +133,15 @@ class VllmTarget(Target):
     deviations_name = "vllm"
 
     def __init__(self) -> None:
+        super().__init__()
         self._module: types.ModuleType | None = None
-        self._models: dict[tuple[ModelSpec, ServingConfig], VllmModel] = {}
-        self._fresh: dict[tuple[ModelSpec, bool], tuple[Any, Any]] = {}  # (model, VllmConfig)
+        # Built models by spec and the options that change the built model (request-level
+        # options share one).
+        self._built: dict[tuple[ModelSpec, ServingConfig], VllmModel] = {}
+        self._fresh: dict[tuple[ModelSpec, bool], _FreshVllm] = {}
         self._engine_configs: dict[str, Any] = {}  # VllmConfigs by their text_config override
         self._model_configs: dict[ModelSpec, Any] = {}
         self._counts: ProcessorCounts | None = None
-        self.timings: dict[str, dict[str, float]] = {}
 
     @property
     def name(self) -> str:
@@ -170,78 +167,56 @@ class VllmTarget(Target):
                 files[rel] = sha256_of(Path(found.origin))
         return TargetIdentity(name=self.name, version=version, files=files)
 
-    def check_path(self, concern: str) -> str:
-        return CHECK_PATHS.get(concern, FUNCTIONS)
+    def runs_on(self, concern: str) -> str:
+        return RUNS_ON_BY_CONCERN.get(concern, FUNCTIONS)
 
     # The model ---------------------------------------------------------------------------
 
-    def model(
-        self, spec: ModelSpec, device: torch.device, serving: ServingConfig = DEFAULT_SERVING
-    ) -> MultimodalModel:
-        key = (spec, serving)
-        if key not in self._models:
-            built = (spec, serving.model_options())
-            if built not in self._models:
-                module = self.load()
-                start = time.perf_counter()
-                folder = checkpoint_folder(spec)
-                written = time.perf_counter() - start
-                timings = build.Timings()
-                model, vllm_config = build.build_and_load(
-                    module,
-                    folder,
-                    timings,
-                    spec.processor_options,
-                    spec.video_pruning_rate,
-                    serving=built[1],
-                )
-                name = spec.slug if built[1] == DEFAULT_SERVING else f"{spec.slug} {built[1].name}"
-                self.timings[name] = {"checkpoint_s": round(written, 3), **timings.as_dict()}
-                self._models[built] = VllmModel(model, vllm_config, spec, built[1])
-            if key != built:  # options that act on requests: the same model, its own engine
-                shared = self._models[built]
-                vllm_config = build.engine_config(
-                    checkpoint_folder(spec),
-                    serving=serving,
-                    mm_processor_kwargs=spec.processor_options,
-                    video_pruning_rate=spec.video_pruning_rate,
-                )
-                self._models[key] = VllmModel(
-                    shared.model, vllm_config, spec, serving, shares=shared
-                )
-        model = self._models[key]
-        model.calls.reset()
-        return model
+    def build_model(
+        self, spec: ModelSpec, folder: Path, device: torch.device, serving: ServingConfig
+    ) -> tuple[MultimodalModel, dict[str, float]]:
+        """vLLM's constructor and loader on the folder, under the engine config of ``vllm
+        serve`` with ``serving``'s options (:mod:`.build`). Configurations that differ only in
+        options that act on requests share one built model, each with its own engine config."""
+        built = (spec, serving.model_options())
+        steps: dict[str, float] = {}
+        if built not in self._built:
+            timings = build.Timings()
+            model, vllm_config = build.build_and_load(
+                self.load(),
+                folder,
+                timings,
+                spec.processor_options,
+                spec.video_pruning_rate,
+                serving=built[1],
+            )
+            self._built[built] = VllmModel(model, vllm_config, spec, built[1])
+            steps = timings.as_dict()
+        shared = self._built[built]
+        if serving == built[1]:
+            return shared, steps
+        vllm_config = build.engine_config(
+            folder,
+            serving=serving,
+            mm_processor_kwargs=spec.processor_options,
+            video_pruning_rate=spec.video_pruning_rate,
+        )
+        return VllmModel(shared.model, vllm_config, spec, serving, shares=shared), steps
 
     # Weight loading ----------------------------------------------------------------------
 
-    def load_weights(
-        self,
-        spec: ModelSpec,
-        weights: Iterable[tuple[str, torch.Tensor]],
-        *,
-        text_only: bool = False,
-    ) -> LoadedWeights:
-        model, vllm_config = self._fresh_model(spec, text_only)
-        checkpoint = checkpoint_weights(spec)
-        compared = dict(model.named_parameters())
-        compared.update(  # the buffers a checkpoint carries (BatchNorm statistics)
-            (name, buffer)
-            for name, buffer in model.named_buffers()
-            if build.checkpoint_name(name) in checkpoint
-        )
-        with torch.no_grad():
-            for name, tensor in compared.items():
-                if build.checkpoint_name(name) is not None and tensor.is_floating_point():
-                    tensor.fill_(float("nan"))  # a tensor the loader leaves alone stays NaN
-        reads: list[str] = []
-        build.load_stream(model, vllm_config, recording_reads(weights, TOWER_PREFIXES, reads))
-        return LoadedWeights(*_compare(compared, checkpoint), reads)
+    def fresh_model(self, spec: ModelSpec, text_only: bool) -> _FreshVllm:
+        key = (spec, text_only)
+        if key not in self._fresh:
+            vllm_config = self._engine_config(spec, text_only=text_only)
+            model = build.construct(self.load(), vllm_config)
+            self._fresh[key] = _FreshVllm(model, vllm_config, checkpoint_weights(spec))
+        return self._fresh[key]
 
     def linear_quantization(self, spec: ModelSpec) -> dict[str, str | None]:
         from vllm.model_executor.layers.linear import LinearBase, UnquantizedLinearMethod
 
-        model, _ = self._fresh_model(spec, text_only=False)
+        model = self.fresh_model(spec, text_only=False).model
         methods: dict[str, str | None] = {}
         for name, module in model.named_modules():
             if not isinstance(module, LinearBase):
@@ -258,15 +233,6 @@ class VllmTarget(Target):
             else:
                 methods[checkpoint_module] = kind
         return methods
-
-    def _fresh_model(self, spec: ModelSpec, text_only: bool) -> tuple[Any, Any]:
-        """A model of ``spec`` from vLLM's constructor and its engine config, weights not
-        loaded (one per spec and mode; every load check poisons its tensors first)."""
-        key = (spec, text_only)
-        if key not in self._fresh:
-            vllm_config = self._engine_config(spec, text_only=text_only)
-            self._fresh[key] = (build.construct(self.load(), vllm_config), vllm_config)
-        return self._fresh[key]
 
     # Input contracts ---------------------------------------------------------------------
 
@@ -505,29 +471,33 @@ class VllmTarget(Target):
         return shards
 
 
-def _compare(
-    tensors: dict[str, torch.Tensor], checkpoint: dict[str, torch.Tensor]
-) -> tuple[list[str], list[str]]:
-    """vLLM's loaded tensors against the checkpoint: (not loaded, differing with what)."""
-    not_loaded, differing = [], []
-    with torch.no_grad():
-        for name, tensor in tensors.items():
+class _FreshVllm(FreshModel):
+    """vLLM's model of a spec from its constructor, weights not loaded: every parameter, and
+    the buffers a checkpoint carries (BatchNorm statistics), by vLLM's names; read back
+    against the checkpoint tensor each must equal (:func:`.build.expected_parameter`: fused
+    and sharded layouts, the loader's conversions)."""
+
+    def __init__(self, model: Any, vllm_config: Any, checkpoint: dict[str, torch.Tensor]) -> None:
+        self.model = model
+        self.vllm_config = vllm_config
+        self.tensors: dict[str, torch.Tensor] = dict(model.named_parameters())
+        self.tensors.update(
+            (name, buffer)
+            for name, buffer in model.named_buffers()
+            if build.checkpoint_name(name) in checkpoint
+        )
+
+    def loadable(self) -> Iterable[torch.Tensor]:
+        return [t for name, t in self.tensors.items() if build.checkpoint_name(name) is not None]
+
+    def load(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
+        build.load_stream(self.model, self.vllm_config, weights)
+
+    def read_back(self, checkpoint: dict[str, torch.Tensor]) -> Iterable[ReadBack]:
+        for name, tensor in self.tensors.items():
             expected = build.expected_parameter(name, tensor.shape, checkpoint)
-            if expected is None:
-                if not name.endswith(build.CONSTRUCTOR_INITIALISED):
-                    differing.append(f"{name}: no checkpoint tensor is known to load it")
-                elif not torch.equal(tensor, torch.ones_like(tensor)):
-                    differing.append(f"{name}: not the identity layer scale")
-            elif tensor.is_floating_point() and torch.isnan(tensor).any():
-                not_loaded.append(name)
-            elif expected.shape != tensor.shape:
-                differing.append(
-                    f"{name}: shape {tuple(tensor.shape)}, checkpoint {tuple(expected.shape)}"
-                )
-            elif not torch.equal(tensor.to(expected.dtype), expected):
-                diff = (tensor.float() - expected.float()).abs().max().item()
-                differing.append(f"{name}: max |difference| {diff:.3g}")
-    return not_loaded, differing
+            initialised = expected is None and name.endswith(build.CONSTRUCTOR_INITIALISED)
+            yield ReadBack(name, tensor, expected, 1.0 if initialised else None)
 
 
 class VllmFileTarget(VllmTarget):
