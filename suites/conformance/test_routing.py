@@ -150,7 +150,7 @@ def test_unrelated_kwargs_are_ignored(model):
 @pytest.mark.parametrize("modality", ["images", "videos"])
 def test_both_forms_of_one_modality_are_not_silently_dropped(model, modality):
     """Pixels and embeddings of the same modality in one call: either both give outputs, or a
-    clear error names them. Dropping one key silently is the failure."""
+    clear error names them. Dropping one form silently is the failure."""
     spec = model.spec
     if modality == "images":
         groups = [one_group(spec, "image_embeds"), one_group(spec, "pixel_values_flat")]
@@ -163,7 +163,7 @@ def test_both_forms_of_one_modality_are_not_silently_dropped(model, modality):
         return
     assert len(out) == sum(g.num_items for g in groups), (
         f"{len(out)} outputs for {sum(g.num_items for g in groups)} items: "
-        "one key was silently dropped"
+        "one form was silently dropped"
     )
 
 
