@@ -4,7 +4,7 @@
     nox -s tests         the harness's own test run (everything that runs without a GPU, vLLM too)
     nox -s lint          ruff check + ruff format --check + no-tensor-truthiness
     nox -s lint-survey   the tensor-truthiness lint over vllm, torch, transformers, stdlib
-    nox -s typecheck     mypy --strict on harness/ and reference_impl/
+    nox -s typecheck     mypy --strict on harness/, reference_impl/ and no_tensor_truthiness/
     nox -s fuzz          long hypothesis runs of the property checks
     nox -s mutants       the kill matrix: every corpus mutant against the suites (reports/mutants)
     nox -s mutation      the mutation score over vLLM's model code (reports/mutation; resumable)
@@ -136,7 +136,8 @@ def lint_survey(session: nox.Session) -> None:
 
 @nox.session(venv_backend="none")
 def typecheck(session: nox.Session) -> None:
-    """mypy --strict on harness/ and reference_impl/ (configured in pyproject.toml)."""
+    """mypy --strict on harness/, reference_impl/ and no_tensor_truthiness/ (configured in
+    pyproject.toml)."""
     python = shared_python(session)
     session.run(python, "-m", "mypy", *session.posargs, env=CPU_ENV, external=True)
 

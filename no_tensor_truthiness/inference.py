@@ -1,8 +1,8 @@
 """Inference: what one module's expressions hold, from the syntax alone.
 
-A value is a :class:`Kind` (what its truth value means) or :class:`Items` (a container whose
-elements are known: what iterating, indexing or unpacking it yields). Tensor-ness comes from, in
-order of strength:
+A value is a :class:`~no_tensor_truthiness.kinds.Kind` (what its truth value means) or
+:class:`~no_tensor_truthiness.kinds.Items` (a container whose elements are known: what iterating,
+indexing or unpacking it yields). Tensor-ness comes from, in order of strength:
 
 - ``torch.*`` constructors and ops and ``torch.nn.functional.*`` (and their aliases): a tensor
   whatever their arguments' types, a 0-d tensor only from a 0-d argument of an op that keeps the

@@ -26,10 +26,10 @@ def read_peft_adapter(folder: Path, name: str) -> LoRAAdapter:
     ``use_rslora``; ``adapter_model.safetensors``: ``<module>.lora_A.weight [r, i]``,
     ``<module>.lora_B.weight [o, r]``, an embedding's ``<module>.lora_embedding_A [r, vocab]``
     and ``lora_embedding_B [h, r]``, each key under ``base_model.model.``), its modules named
-    as :class:`LoRAModel` names them: the language model's (``language_model.backbone.*`` or
-    ``language_model.model.*``) relative to it (``model.layers.2.mixer.q_proj``,
-    ``model.embed_tokens``, ``lm_head``), any other module by its full name (which
-    :meth:`LoRAModel.load` refuses, naming it)."""
+    as :class:`~reference_impl.lora.LoRAModel` names them: the language model's
+    (``language_model.backbone.*`` or ``language_model.model.*``) relative to it
+    (``model.layers.2.mixer.q_proj``, ``model.embed_tokens``, ``lm_head``), any other module by
+    its full name (which :meth:`~reference_impl.lora.LoRAModel.load` refuses, naming it)."""
     from safetensors.torch import load_file
 
     config_path, weights_path = folder / "adapter_config.json", folder / "adapter_model.safetensors"
@@ -80,7 +80,8 @@ def read_peft_adapter(folder: Path, name: str) -> LoRAAdapter:
 
 
 def _language_model_name(module: str) -> str:
-    """A checkpoint module name as :class:`LoRAModel` names the language model's modules."""
+    """A checkpoint module name as :class:`~reference_impl.lora.LoRAModel` names the language
+    model's modules."""
     if module == "language_model.lm_head":
         return "lm_head"
     if module.startswith("language_model."):

@@ -6,7 +6,7 @@
 # Carries, in ${GPU_BUNDLE:-.gpu-bundle} (made beforehand by `python -m harness.gpu.bundle`),
 # vLLM's sources: its Mamba kernel files, and its whole Python package without compiled parts.
 # The package route is tried first (does vLLM import here, on CUDA?); when it is refused, the
-# checks load the kernel files alone (harness/vllm_kernels.py). Steps, most important first:
+# checks load the kernel files alone (harness/gpu/kernels.py). Steps, most important first:
 #   kernel-route   how vLLM's kernels load here, and why (kernel-route.json)
 #   kernels        vLLM's kernels against the reference at the small and both preset widths
 #   reference-gpu  the rest of suites/gpu: the reference at real widths in bf16, the reference

@@ -11,9 +11,10 @@ terms). :meth:`ServingConfig.cli_args` is the command line a user types, for the
 findings.
 
 :data:`DEFAULT_SERVING` is what every check ran on before configurations were an axis: the
-checkpoint's own dtype, vLLM's defaults, ``--enable-mm-embeds`` on. :data:`SERVING_CONFIGS` is
-the catalogue the serving checks run; a check records the configuration it ran under
-(``serving`` in the results), and the report groups results by it.
+checkpoint's own dtype, vLLM's defaults, ``--enable-mm-embeds`` on. The serving checks
+(``suites/conformance/test_serving_*.py``) parametrize with the configurations they vary; a check
+records the configuration it ran under (``serving`` in the results), and the report groups
+results by it.
 """
 
 from __future__ import annotations

@@ -59,7 +59,7 @@ class ModelSpec:
     audio_hop_length: int = 160  # the feature extractor's hop (Parakeet's default: 160)
     max_model_len: int = 4096  # the engine's context (the dynamic tiler's budget)
     audio_convolution_bias: bool = True  # False: the Omni form (biases still in the file)
-    quantization: Literal["none", "fp8"] = "none"  # "fp8": see :func:`fp8_checkpoint`
+    quantization: Literal["none", "fp8"] = "none"  # "fp8": see writer.fp8_checkpoint
     # The dtype the folder's weights are saved in (its config's ``torch_dtype``): vLLM's
     # ``--dtype auto`` serves a bf16 folder in bf16, an fp32 one in its platform's half precision.
     checkpoint_dtype: Literal["bfloat16", "float32"] = "bfloat16"

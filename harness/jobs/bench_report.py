@@ -2,7 +2,6 @@
 
     nemotron-vl-bench-report BENCH.json [OUT.md]
 
-
 Reads the JSON that ``pytest suites/benchmarks --benchmark-json=...`` writes, computes the
 ratios the issues name (best of rounds), and writes a markdown table with each speed goal,
 the measured value and whether it is met. Exit status 0 when every goal is met, 1 otherwise.

@@ -1,7 +1,7 @@
 """The main job: run the conformance suites against each target and write one report.
 
     nemotron-vl-conformance [--target T ...] [--device cpu|cuda] [--out reports]
-                                  [-- extra pytest arguments]
+                            [-- extra pytest arguments]
 
 Without ``--target``, every available target runs: ``reference``, and ``vllm`` when vLLM is
 installed. Each target runs in its own pytest process (a ``vllm-file:`` target replaces modules

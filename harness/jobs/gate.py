@@ -1,7 +1,7 @@
 """The pull-request gate: what a change to the model's vLLM files broke or fixed.
 
     nemotron-vl-gate --repo VLLM_CHECKOUT --base REV [--head REV] [--out DIR]
-                           [--cache DIR | --no-cache] [-- extra pytest arguments]
+                     [--cache DIR | --no-cache] [-- extra pytest arguments]
 
 From a vLLM checkout and two revisions (``--head`` omitted: the working tree), the gate finds the
 files of this model the change touches (:data:`GATE_PATHS`), writes each side's versions under

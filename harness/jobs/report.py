@@ -132,10 +132,11 @@ def verdict(run: TargetRun) -> Verdict:
     if results is not None and not problem:
         if results["stopped"]:
             problem = results["stopped"]
-        elif results["complete"] and run.exit_status not in (0, 1):
-            problem = f"pytest exited {run.exit_status} (the harness could not run this target)"
         elif not results["checks"] and not incidents:
             problem = "no conformance checks ran"
+        elif results["complete"] and run.exit_status not in (0, 1, 5):
+            # 5: pytest ran nothing new, as when a restart found every check already recorded
+            problem = f"pytest exited {run.exit_status} (the harness could not run this target)"
     if IncidentKind.INTERRUPTED in kinds:
         return Verdict(TargetStatus.INTERRUPTED, problem)
     if results is None or problem:

@@ -302,14 +302,27 @@ class Supervisor:
         recorded = {check["id"] for check in results["checks"]} if results else set()
         if results is None or all(check["id"] in recorded for check in self.stopped):
             return
-        subprocess.run(
+        proc = subprocess.Popen(
             self._command(resume=True, record_only=True),
             cwd=self.cwd,
+            start_new_session=True,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
-            timeout=self.limits.check_timeout_s,
-            check=False,
         )
+        try:
+            returncode = proc.wait(timeout=self.limits.check_timeout_s)
+        except subprocess.TimeoutExpired:
+            kill_group(proc)
+            returncode = proc.wait()
+        if returncode not in (0, 5):  # 5: pytest ran no check, as asked
+            names = ", ".join(check["id"] for check in self.stopped)
+            print(
+                f"harness.jobs.supervisor: the stopped checks were not recorded ({names}): "
+                f"the process recording them {how_it_ended(returncode)}; the report's "
+                "incidents name them",
+                file=sys.stderr,
+                flush=True,
+            )
 
     def _watch(self, resume: bool) -> _Watch:
         self.progress.unlink(missing_ok=True)

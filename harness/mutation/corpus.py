@@ -12,7 +12,7 @@
 
     [[record.mutant]]                         # the bug put back, on one target kind
     kind = "vllm-file"                        # or "reference-mutant"
-    name = "image-embeds-walrus-truthiness"   # harness.mutation.file_mutants / reference_mutants
+    name = "image-embeds-walrus-truthiness"   # mutation.file_mutants / targets.reference.mutant
     suites = ["suites/conformance/test_passthrough.py"]  # files or checks it runs against
     xpass = []                                # known deviations it happens to fix
     [record.mutant.fails]                     # exactly the checks it fails, each with a

@@ -4,7 +4,7 @@ One module per concern, as pytest's own plugins are organised:
 
 - ``target``: ``--target`` / ``--device``, loading the target, its fixtures, the ``gpu``
   marker's skip;
-- ``hypothesis``: the hypothesis profiles (``ci``, ``dev``, ``fuzz``) and the example database;
+- ``hypothesis``: the hypothesis profiles (``default``, ``dev``, ``fuzz``) and the example database;
 - ``deviations``: a target's known deviations applied as strict xfails;
 - ``results``: per-check results written as JSON for the conformance report (the one writer of
   a check's result);

@@ -1,10 +1,12 @@
 """Record each conformance check's outcome as JSON (``--results-json PATH``) for the report.
 
 The file is rewritten (atomically) after collection and after every check, so a target process
-that dies keeps what it finished. Two more options serve the supervising main job
+that dies keeps what it finished. More options serve the supervising main job
 (:mod:`harness.jobs.supervisor`): ``--progress-file PATH`` holds the id of the check now running
-(empty between checks), and ``--resume`` keeps the checks already in the results file and runs the
-rest.
+(empty between checks), ``--resume`` keeps the checks already in the results file and runs the
+rest, and ``--stopped-checks FILE`` records the checks a fault stopped in an earlier process
+(with what they run on and their serving configuration) without running them again
+(``--record-stopped-only``: records them and runs no check).
 """
 
 from __future__ import annotations
@@ -177,7 +179,11 @@ class ResultsRecorder:
             if is_check(item) and (marker := item.get_closest_marker("self_consistency"))
         }
         for item in items:
-            if item.nodeid in self.stopped and item.nodeid not in self.results:
+            if (
+                item.nodeid in self.check_ids
+                and item.nodeid in self.stopped
+                and (item.nodeid not in self.results)
+            ):
                 stopped = self.stopped[item.nodeid]
                 serving = self.serving[item.nodeid]
                 self.results[item.nodeid] = CheckResult(
@@ -189,7 +195,11 @@ class ResultsRecorder:
                     serving_args=serving.cli_args(),
                     duration_s=0.0,
                 )
-        done = [item for item in items if item.nodeid in self.results or self.record_only]
+        done = [
+            item
+            for item in items
+            if item.nodeid in self.results or item.nodeid in self.stopped or self.record_only
+        ]
         if done:  # resuming: what an earlier process finished is not run again
             items[:] = [item for item in items if item not in done]
             config.hook.pytest_deselected(items=done)

@@ -539,6 +539,8 @@ class Target(abc.ABC):
             written = time.perf_counter() - start
             model, steps = self.build_model(spec, folder, device, serving)
             name = spec.slug if serving == DEFAULT_SERVING else f"{spec.slug} {serving.name}"
+            if device.type != "cpu":
+                name += f" on {device}"
             if steps:  # a model shared with another configuration built nothing new
                 self.timings[name] = {"checkpoint_s": round(written, 3), **steps}
             self._models[key] = model

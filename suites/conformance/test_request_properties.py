@@ -1,6 +1,7 @@
 """Properties of any request a user may send, within stated bounds, through the target's engine.
 
-Requests are drawn by :func:`harness.inputs.strategies.user_requests` within
+Requests are drawn by :func:`harness.inputs.strategies.media_requests` and
+:func:`~harness.inputs.strategies.embedding_requests` within
 :data:`harness.inputs.strategies.REQUEST_BOUNDS` (images 1-4 of 8-2,048 px per side, videos of 1-16
 frames, audio of 0.1-70 s, embeddings 1-5 items of 1-64 rows, placeholders in any order). For
 each: every item comes back once (nothing dropped), in the prompt's placeholder order, with as

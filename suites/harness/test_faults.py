@@ -1,7 +1,8 @@
 """No fault of a target can stall, pass or take down the main job.
 
-Each fault is a mutated copy of the installed vLLM model file (:data:`harness.mutation.file_mutants.
-FAULTS`), run by ``nemotron-vl-conformance`` on a few checks in this order:
+Each fault is a mutated copy of the installed vLLM model file
+(:data:`harness.mutation.file_mutants.FAULTS`), run by ``nemotron-vl-conformance`` on a few checks
+in this order:
 
 1. a LoRA metadata check that never reaches the image parser (passes before the fault);
 2. ``test_each_form_reaches_its_modality[image_embeds]``: the image parser, where the fault is;

@@ -230,6 +230,22 @@ def test_faults_set_the_status_and_exit(outcomes, incidents, status, exit):
         assert f"**{kind}** {where} at 1 s: {detail}" in markdown
 
 
+def test_a_fault_in_the_last_check_fails_the_run_and_no_more():
+    """The last check timed out: the restarted process finds every check recorded and runs
+    none (pytest's exit 5). That is a failed check, not a target the harness could not run."""
+    document = results("vllm", (A, "pass", ""), (B, "fail", "exceeded the check time limit"))
+    run = TargetRun("vllm", 5, document, supervised=supervised(("timeout", B, "limit")))
+    report = report_of([run])
+    assert (report["targets"][0]["status"], report["targets"][0]["problem"]) == ("failed", "")
+    assert exit_status(report) == 1
+
+
+def test_no_check_at_all_is_said_so():
+    report = report_of([TargetRun("vllm", 5, results("vllm"))])
+    assert report["targets"][0]["problem"] == "no conformance checks ran"
+    assert exit_status(report) == 2
+
+
 def test_a_results_file_left_by_a_dead_process_is_incomplete():
     document = results("vllm", (A, "pass", "")) | {"complete": False, "exit_status": None}
     report = report_of([TargetRun("vllm", -9, document)])
@@ -280,7 +296,8 @@ def test_resume_keeps_finished_checks_and_runs_the_rest(tmp_path):
     ids = [c["id"] for c in document["checks"]]
     assert len(ids) == document["selected"] >= 3
     assert document["complete"]
-    document["checks"] = [recorded_timeout(ids[0])]  # as the supervisor leaves it after a timeout
+    # As a timeout leaves it: the stopped check recorded by the process after the killed one.
+    document["checks"] = [recorded_timeout(ids[0])]
     document["complete"] = False
     path.write_text(json.dumps(document))
     second = run("--resume")

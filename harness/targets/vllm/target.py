@@ -480,21 +480,28 @@ class _FreshVllm(FreshModel):
     def __init__(self, model: Any, vllm_config: Any, checkpoint: dict[str, torch.Tensor]) -> None:
         self.model = model
         self.vllm_config = vllm_config
-        self.tensors: dict[str, torch.Tensor] = dict(model.named_parameters())
-        self.tensors.update(
+        self.checkpoint_buffers = {
+            name for name, _ in model.named_buffers() if build.checkpoint_name(name) in checkpoint
+        }
+
+    def tensors(self) -> dict[str, torch.Tensor]:
+        """The model's tensors now (read each time: a loader may replace a parameter)."""
+        tensors: dict[str, torch.Tensor] = dict(self.model.named_parameters())
+        tensors.update(
             (name, buffer)
-            for name, buffer in model.named_buffers()
-            if build.checkpoint_name(name) in checkpoint
+            for name, buffer in self.model.named_buffers()
+            if name in self.checkpoint_buffers
         )
+        return tensors
 
     def loadable(self) -> Iterable[torch.Tensor]:
-        return [t for name, t in self.tensors.items() if build.checkpoint_name(name) is not None]
+        return [t for name, t in self.tensors().items() if build.checkpoint_name(name) is not None]
 
     def load(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
         build.load_stream(self.model, self.vllm_config, weights)
 
     def read_back(self, checkpoint: dict[str, torch.Tensor]) -> Iterable[ReadBack]:
-        for name, tensor in self.tensors.items():
+        for name, tensor in self.tensors().items():
             expected = build.expected_parameter(name, tensor.shape, checkpoint)
             initialised = expected is None and name.endswith(build.CONSTRUCTOR_INITIALISED)
             yield ReadBack(name, tensor, expected, 1.0 if initialised else None)
