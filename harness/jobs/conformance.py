@@ -34,8 +34,10 @@ from harness.jobs.report import TargetRun, build_report, exit_status, write_repo
 from harness.jobs.results import ResultsError, read_results
 from harness.jobs.supervisor import (
     DEFAULT_CHECK_TIMEOUT_S,
+    DEFAULT_DERIVED_LIMIT_FACTOR,
     DEFAULT_MAX_RESTARTS,
     DEFAULT_MEMORY_LIMIT_GIB,
+    DERIVED_LIMIT_FLOOR_S,
     Interrupt,
     Limits,
     Supervisor,
@@ -166,17 +168,29 @@ def main(argv: list[str] | None = None) -> int:
         help="restarts per target after a fault (timeout, memory, crash) before the checks "
         f"left are given up (default: {DEFAULT_MAX_RESTARTS})",
     )
+    parser.add_argument(
+        "--derived-limit-factor",
+        type=float,
+        default=DEFAULT_DERIVED_LIMIT_FACTOR,
+        metavar="X",
+        help="after a check times out, each later check's limit is X times the slowest honest "
+        f"check seen, at least {DERIVED_LIMIT_FLOOR_S:g} s and at most --check-timeout "
+        f"(default: {DEFAULT_DERIVED_LIMIT_FACTOR:g})",
+    )
     try:
         args = parser.parse_args(argv)
     except SystemExit as e:
         return 0 if e.code == 0 else 2
     try:
-        limits = Limits(args.check_timeout, args.memory_limit, args.max_restarts)
+        limits = Limits(
+            args.check_timeout, args.memory_limit, args.max_restarts, args.derived_limit_factor
+        )
     except ValueError as e:
         option = {
             "check_timeout_s": "--check-timeout",
             "memory_limit_gib": "--memory-limit",
             "max_restarts": "--max-restarts",
+            "derived_limit_factor": "--derived-limit-factor",
         }
         message = str(e)
         for field_name, flag in option.items():

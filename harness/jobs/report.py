@@ -162,6 +162,7 @@ def _supervision(run: TargetRun) -> dict[str, Any]:
             "wall_s": None,
             "peak_memory_gib": None,
             "slowest_check": None,
+            "derived_check_timeout_s": None,
         }
     slowest = supervised.slowest_check
     return {
@@ -170,6 +171,7 @@ def _supervision(run: TargetRun) -> dict[str, Any]:
         "restarts": supervised.restarts,
         "peak_memory_gib": round(supervised.peak_memory_gib, 3),
         "slowest_check": {"id": slowest[0], "wall_s": slowest[1]} if slowest else None,
+        "derived_check_timeout_s": supervised.derived_check_timeout_s,
     }
 
 
@@ -323,6 +325,12 @@ def _incident_section(targets: list[dict[str, Any]]) -> list[str]:
         f"- `{t['selector']}`: peak memory {t['peak_memory_gib']} GiB; slowest check "
         f"{t['slowest_check']['wall_s']} s (`{t['slowest_check']['id']}`); "
         f"{t['restarts']} restarts"
+        + (
+            f"; after the first timeout each check ran under a derived limit of "
+            f"{t['derived_check_timeout_s']:g} s"
+            if t.get("derived_check_timeout_s") is not None
+            else ""
+        )
         for t in targets
         if t.get("peak_memory_gib") is not None and t.get("slowest_check")
     ]

@@ -60,6 +60,13 @@ DEFAULT_CHECK_TIMEOUT_S = 300.0
 #: (vLLM) and 2.4 GiB (reference), measured the same way.
 DEFAULT_MEMORY_LIMIT_GIB = 8.0
 DEFAULT_MAX_RESTARTS = 5
+#: After a check times out, the target's other checks run under a limit derived from this run's
+#: honest checks: this many times the slowest seen so far (its set-up included; the default of
+#: ``--derived-limit-factor``), never below :data:`DERIVED_LIMIT_FLOOR_S` nor above
+#: ``--check-timeout``. A fault on a path many checks share (a parser that loops) then costs one
+#: full limit and a short one per check after it.
+DEFAULT_DERIVED_LIMIT_FACTOR = 4.0
+DERIVED_LIMIT_FLOOR_S = 30.0
 POLL_S = 0.05
 KILL_GRACE_S = 5.0
 TAIL_LINES = 40
@@ -75,11 +82,13 @@ class Limits:
     check_timeout_s: float = DEFAULT_CHECK_TIMEOUT_S
     memory_limit_gib: float = DEFAULT_MEMORY_LIMIT_GIB
     max_restarts: int = DEFAULT_MAX_RESTARTS
+    derived_limit_factor: float = DEFAULT_DERIVED_LIMIT_FACTOR
 
     def __post_init__(self) -> None:
         for name, value, low in (
             ("check_timeout_s", self.check_timeout_s, 0.0),
             ("memory_limit_gib", self.memory_limit_gib, 0.0),
+            ("derived_limit_factor", self.derived_limit_factor, 0.0),
         ):
             if not value > low:
                 raise ValueError(f"Limits.{name}: expected a number > {low:g}, got {value!r}")
@@ -98,6 +107,8 @@ class Supervised:
     restarts: int = 0
     peak_memory_gib: float = 0.0
     slowest_check: tuple[str, float] | None = None  # (check id, seconds) as the supervisor saw
+    #: the limit of each check after the first timeout (None: no check timed out)
+    derived_check_timeout_s: float | None = None
     wall_s: float = 0.0  # from the first start to the last process's end
     output_tail: list[str] = field(default_factory=list)  # the last process's last lines
 
@@ -229,6 +240,8 @@ class Supervisor:
         self.interrupt = interrupt
         self.started = 0.0
         self.outcome = Supervised(exit_status=0)
+        #: the slowest honest check's seconds when the derived limit was last set
+        self.derived_from_s = 0.0
         #: the checks faults stopped, for the next process to record
         self.stopped: list[StoppedCheck] = []
         self.stopped_file = progress.with_name(progress.name + ".stopped.json")
@@ -259,6 +272,8 @@ class Supervisor:
             self.outcome.incidents.append(watch.incident)
             if watch.incident["kind"] == IncidentKind.INTERRUPTED:
                 return self.outcome
+            if watch.incident["kind"] == IncidentKind.TIMEOUT:
+                self._derive_check_limit()
             if watch.incident["check"] is not None:
                 self._record(watch.incident)
             if self._checks_done() <= done_before:
@@ -270,6 +285,19 @@ class Supervisor:
                 return self.outcome
             self.outcome.restarts += 1
             resume = True
+
+    def _derive_check_limit(self) -> None:
+        """The limit of the checks after a timeout (:data:`DERIVED_LIMIT_FACTOR`)."""
+        slowest = self.outcome.slowest_check[1] if self.outcome.slowest_check else 0.0
+        derived = max(DERIVED_LIMIT_FLOOR_S, self.limits.derived_limit_factor * slowest)
+        self.derived_from_s = slowest
+        self.outcome.derived_check_timeout_s = round(min(self.limits.check_timeout_s, derived), 2)
+
+    def _limit_of(self, running: str) -> float:
+        """The time limit of what is running now: a check after a timeout has the derived
+        limit; start-up, collection and teardown keep ``--check-timeout``."""
+        derived = self.outcome.derived_check_timeout_s
+        return derived if running and derived is not None else self.limits.check_timeout_s
 
     def _elapsed(self) -> float:
         return round(time.monotonic() - self.started, 2)
@@ -361,12 +389,21 @@ class Supervisor:
                 return _Watch(
                     proc.returncode, self._incident(IncidentKind.INTERRUPTED, running, name)
                 )
-            if now - since > self.limits.check_timeout_s:
+            limit = self._limit_of(running)
+            if now - since > limit:
                 kill_group(proc)
+                derived = running and self.outcome.derived_check_timeout_s is not None
+                which = "the derived check time limit" if derived else "the check time limit"
+                basis = (
+                    f" ({self.limits.derived_limit_factor:g} x the slowest honest check when a "
+                    f"check timed out, {self.derived_from_s:g} s; at least "
+                    f"{DERIVED_LIMIT_FLOOR_S:g} s, at most {self.limits.check_timeout_s:g} s)"
+                    if derived
+                    else ""
+                )
                 detail = (
-                    f"exceeded the check time limit of {self.limits.check_timeout_s:g} s; the "
-                    "target process was killed (a loop in compiled code cannot be interrupted "
-                    "from within)"
+                    f"exceeded {which} of {limit:g} s{basis}; the target process was killed (a "
+                    "loop in compiled code cannot be interrupted from within)"
                 )
                 return _Watch(
                     proc.returncode, self._incident(IncidentKind.TIMEOUT, running, detail)

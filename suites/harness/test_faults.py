@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -29,6 +30,7 @@ from typing import Any
 import pytest
 
 from harness.jobs.results import REPORT_SCHEMA
+from harness.jobs.supervisor import DERIVED_LIMIT_FLOOR_S
 from harness.model_files import installed_model_file
 from harness.mutation.file_mutants import FAULTS, write_mutant
 from suites.harness.helpers import (
@@ -81,7 +83,9 @@ class MainJob:
         return None
 
 
-def main_job_command(target: str, out: Path, *options: str) -> list[str]:
+def main_job_command(
+    target: str, out: Path, *options: str, selection: str = SELECTION
+) -> list[str]:
     return [
         sys.executable,
         "-m",
@@ -95,7 +99,7 @@ def main_job_command(target: str, out: Path, *options: str) -> list[str]:
         *options,
         "--",
         "-k",
-        SELECTION,
+        selection,
     ]
 
 
@@ -108,12 +112,12 @@ def read_report(out: Path) -> dict[str, Any] | None:
     return report
 
 
-def run_main_job(fault: str, workdir: Path, *options: str) -> MainJob:
+def run_main_job(fault: str, workdir: Path, *options: str, selection: str = SELECTION) -> MainJob:
     target = f"vllm-file:{write_mutant(fault, workdir / 'src')}"
     out = workdir / "reports"
     start = time.monotonic()
     proc = subprocess.run(
-        main_job_command(target, out, *options),
+        main_job_command(target, out, *options, selection=selection),
         cwd=ROOT,
         env=one_thread_env(),  # two jobs run at once (below)
         capture_output=True,
@@ -133,12 +137,25 @@ def run_main_job(fault: str, workdir: Path, *options: str) -> MainJob:
 
 Job = tuple[str, tuple[str, ...]]  # a fault, and the main job's options
 RESTARTS_RUN_OUT: Job = ("image-parser-exits-0", ("--max-restarts=0",))
+#: Two checks that reach the image parser (image embeddings, then static pixels), so the loop
+#: hangs twice: the second time under the limit derived after the first. A factor of 1: the
+#: derived limit stays below CHECK_TIMEOUT_S even on a loaded machine (honest checks of 10 s).
+TWO_HANGS_FACTOR = 1.0
+TWO_HANGS: Job = (
+    "image-parser-loops",
+    ("--max-restarts=3", f"--derived-limit-factor={TWO_HANGS_FACTOR}"),
+)
+TWO_HANGS_SELECTION = "embedding_modules or (test_each_form_reaches_its_modality and not video)"
+PIXELS = f"{FORMS}[pixel_values_flat]"
+AUDIO = f"{FORMS}[input_audio_features]"
 
 
 def job_of(test: str, params: dict[str, Any]) -> Job | None:
     """The main job a test of this module reads, if any."""
     if test == "test_restarts_run_out_and_the_run_is_incomplete":
         return RESTARTS_RUN_OUT
+    if test == "test_after_a_timeout_the_checks_run_under_a_derived_limit":
+        return TWO_HANGS
     if test in (
         "test_a_fault_in_a_check_fails_it_and_the_run_goes_on",
         "test_a_module_that_cannot_import_stops_its_target_with_the_cause",
@@ -161,7 +178,8 @@ def main_jobs(
 
     def run(job: Job) -> MainJob:
         fault, options = job
-        return run_main_job(fault, tmp_path_factory.mktemp(fault), *options)
+        selection = TWO_HANGS_SELECTION if job == TWO_HANGS else SELECTION
+        return run_main_job(fault, tmp_path_factory.mktemp(fault), *options, selection=selection)
 
     return two_at_a_time(run, wanted)
 
@@ -268,6 +286,32 @@ def test_restarts_run_out_and_the_run_is_incomplete(main_jobs: dict[Job, MainJob
     faulty = job.outcome(FAULTY)
     assert faulty is not None
     assert (faulty["outcome"], faulty["runs_on"]) == ("error", "real model"), faulty
+
+
+def test_after_a_timeout_the_checks_run_under_a_derived_limit(
+    main_jobs: dict[Job, MainJob],
+) -> None:
+    """A loop on a path many checks share costs one full limit, then a short one per check:
+    after the first timeout each check's limit is --derived-limit-factor times the slowest
+    honest check seen (at least DERIVED_LIMIT_FLOOR_S, at most --check-timeout), and the report
+    says so. The honest check after the hangs still passes under it."""
+    job = main_jobs[TWO_HANGS]
+    assert job.returncode == 1, job.output[-3000:]
+    first, second = job.target["incidents"]
+    assert (first["kind"], first["check"]) == ("timeout", FAULTY), first
+    assert (second["kind"], second["check"]) == ("timeout", PIXELS), second
+    assert f"exceeded the check time limit of {CHECK_TIMEOUT_S:g} s" in first["detail"]
+    # The second hang's limit, from the slowest honest check seen before the first one.
+    basis = re.search(r"when a check timed out, ([\d.]+) s", second["detail"])
+    assert basis is not None, second
+    slowest = float(basis.group(1))
+    assert slowest <= job.target["slowest_check"]["wall_s"]  # the run's slowest, all checks
+    derived = round(min(CHECK_TIMEOUT_S, max(DERIVED_LIMIT_FLOOR_S, TWO_HANGS_FACTOR * slowest)), 2)
+    assert f"exceeded the derived check time limit of {derived:g} s" in second["detail"]
+    assert second["at_s"] - first["at_s"] < CHECK_TIMEOUT_S + 30  # a restart, then the limit
+    assert (job.outcome(AUDIO) or {}).get("outcome") == "pass", job.outcome(AUDIO)
+    reported = job.target["derived_check_timeout_s"]
+    assert f"derived limit of {reported:g} s" in job.markdown
 
 
 def test_an_interrupted_run_still_writes_its_report(tmp_path: Path) -> None:
