@@ -65,7 +65,7 @@ DEFAULT_MAX_RESTARTS = 5
 #: ``--derived-limit-factor``), never below :data:`DERIVED_LIMIT_FLOOR_S` nor above
 #: ``--check-timeout``. A fault on a path many checks share (a parser that loops) then costs one
 #: full limit and a short one per check after it.
-DEFAULT_DERIVED_LIMIT_FACTOR = 4.0
+DEFAULT_DERIVED_LIMIT_FACTOR = 2.5
 DERIVED_LIMIT_FLOOR_S = 30.0
 POLL_S = 0.05
 KILL_GRACE_S = 5.0
