@@ -261,7 +261,8 @@ def render(
         "",
     ]
     for side in (base, head):
-        problem = f" — {run_verdict(side.run).problem}" if run_verdict(side.run).problem else ""
+        problem = run_verdict(side.run).problem
+        problem = f" — {problem}" if problem else ""
         how = "cached results" if side.cached else f"{side.seconds:g} s"
         lines.append(f"- {side.name} ({side.rev}): {side.status}{problem} ({how})")
     lines += ["", f"## Regressions ({len(delta.regressions)})", ""]

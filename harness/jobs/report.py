@@ -192,8 +192,8 @@ def build_report(runs: Sequence[TargetRun], command: str = "") -> Report:
                 "identity": run.results["target"] if run.results else None,
                 "device": run.results["device"] if run.results else None,
                 "pytest_exit_status": run.exit_status,
-                "status": verdict(run).status,
-                "problem": verdict(run).problem,
+                "status": decided.status,
+                "problem": decided.problem,
                 "summary": summarize(run),
                 "stale_deviations": run.results["stale_deviations"] if run.results else [],
                 "build_timings": run.results["build_timings"] if run.results else {},
@@ -203,7 +203,7 @@ def build_report(runs: Sequence[TargetRun], command: str = "") -> Report:
                 "measured": _measured(run),
                 **_supervision(run),
             }
-            for run in runs
+            for run, decided in zip(runs, map(verdict, runs), strict=True)
         ],
         "checks": [
             {
