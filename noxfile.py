@@ -9,6 +9,7 @@
     nox -s mutants       the kill matrix: every corpus mutant against the suites (reports/mutants)
     nox -s mutation      the mutation score over vLLM's model code (reports/mutation; resumable)
     nox -s bench         speed of the reference LM beside transformers (reports/benchmarks/)
+    nox -s calibrate     the parity bounds from vLLM's measured error (fixtures/calibration/)
     nox -s gpu           every GPU check in the shared environment, with vLLM (GPU machines)
 
 Sessions that need torch and vLLM share one environment, ``.nox/shared``, built once and reused:
@@ -165,6 +166,25 @@ def mutants(session: nox.Session) -> None:
     Arguments after `--` go to `nemotron-vl-kill-matrix`, e.g. `-- --only NAME`.
     """
     command(session, "nemotron-vl-kill-matrix")
+
+
+@nox.session(venv_backend="none")
+def calibrate(session: nox.Session) -> None:
+    """The parity bounds: vLLM's error against the reference per path and dtype over drawn
+    weights and media, written to fixtures/calibration/parity.json, then the bounds judged on
+    20 weight seeds the calibration never saw: reports/calibration.md (about 10 min on 2 cores).
+
+    Arguments after `--` go to `nemotron-vl-calibrate`, e.g. `-- --target vllm-file:PATH`.
+    """
+    REPORTS.mkdir(exist_ok=True)
+    command(
+        session,
+        "nemotron-vl-calibrate",
+        "--write",
+        "--check-seeds",
+        "100-119",
+        f"--report={REPORTS / 'calibration.md'}",
+    )
 
 
 @nox.session(venv_backend="none")

@@ -226,3 +226,16 @@ def _loaded(text: str) -> dict[str, Any]:
 
 #: Every check ran on this before configurations were an axis.
 DEFAULT_SERVING = ServingConfig()
+
+#: (the dtype a folder is saved in, the configuration): a bf16 checkpoint served as every other
+#: check serves it, in fp16 and in fp32; an fp32 checkpoint served with ``auto`` and in each
+#: dtype. The served-dtype checks run the non-default ones; the parity calibration all of them.
+DTYPE_CASES: tuple[tuple[str, ServingConfig], ...] = (
+    ("bfloat16", DEFAULT_SERVING),
+    ("bfloat16", ServingConfig(dtype="float16")),
+    ("bfloat16", ServingConfig(dtype="float32")),
+    ("float32", ServingConfig(dtype="auto")),
+    ("float32", ServingConfig(dtype="bfloat16")),
+    ("float32", ServingConfig(dtype="float16")),
+    ("float32", ServingConfig(dtype="float32")),
+)

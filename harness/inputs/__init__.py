@@ -6,7 +6,8 @@
 - ``catalogue``: every request form a user can send, on the checkpoint variant it needs, and the
   content pairs of each tower path;
 - ``model_kwargs``: builders of valid multimodal keyword arguments for ``embed_multimodal``;
-- ``strategies``: hypothesis strategies over both, and over serving configurations.
+- ``strategies``: hypothesis strategies over both, and over serving configurations;
+- ``drawn``: requests drawn from a seed per parity path, for calibrating its bounds.
 
 May import: ``checkpoints``.
 """

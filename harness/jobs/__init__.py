@@ -11,9 +11,11 @@
 - ``gate``: the pull-request gate (``nemotron-vl-gate``), a base and a head of vLLM compared;
 - ``findings``: the reproductions of vLLM bugs against the installed vLLM
   (``nemotron-vl-findings``);
-- ``bench_report``: speed goals over benchmarks (``nemotron-vl-bench-report``).
+- ``bench_report``: speed goals over benchmarks (``nemotron-vl-bench-report``);
+- ``calibrate``: the parity bounds from measured error (``nemotron-vl-calibrate``).
 
-May import: ``targets`` (the categories of a check's outcome), ``checkpoints`` (the shared
-folders), ``model_files``, ``environment``. Nothing here imports pytest's plugin: the jobs start
+May import: ``oracles`` (the calibration measures as the checks do), ``targets`` (the
+categories of a check's outcome), ``inputs``, ``checkpoints`` (the shared folders),
+``model_files``, ``environment``. Nothing here imports pytest's plugin: the jobs start
 pytest in processes of their own.
 """

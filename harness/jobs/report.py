@@ -431,6 +431,34 @@ def _measured_section(targets: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
+def _bounds_lines(entries: list[tuple[str, str, dict[str, Any]]]) -> list[str]:
+    """Per parity path and dtype: the bounds, how they were derived, and the largest error of
+    this run by each statistic."""
+    paths: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for _, _, numbers in entries:
+        if "path" in numbers and "global_bound" in numbers:
+            paths.setdefault((numbers["path"], numbers["dtype"]), []).append(numbers)
+    if not paths:
+        return []
+    lines = [
+        "| path | dtype | items | largest error / bound: global | row | channel | bounds from |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for (path, dtype), items in sorted(paths.items()):
+        worst = []
+        for statistic in ("global", "row", "channel"):
+            error = max(n[f"{statistic}_error"] for n in items)
+            worst.append(f"{error:.3g} / {items[0][f'{statistic}_bound']:.3g}")
+        lines.append(
+            f"| {path} | {dtype} | {len(items)} | {' | '.join(worst)} | "
+            f"{items[0].get('bound_source', '')} |"
+        )
+    methods = {(p, d): items[0].get("bound_method") for (p, d), items in paths.items()}
+    lines += ["", "How each global bound was derived (harness.oracles.bounds):", ""]
+    lines += [f"- {p} ({d}): {m}" for (p, d), m in sorted(methods.items()) if m]
+    return [*lines, ""]
+
+
 def _parity_lines(entries: list[tuple[str, str, dict[str, Any]]]) -> list[str]:
     parts: dict[str, list[str]] = {}
     for form, item, numbers in entries:
@@ -443,7 +471,9 @@ def _parity_lines(entries: list[tuple[str, str, dict[str, Any]]]) -> list[str]:
                 f"({numbers['dtype']}" + (f"; {exact} separator rows exact)" if exact else ")")
             )
         parts.setdefault(form, []).append(part)
-    return [f"- {form}: " + ", ".join(items) for form, items in parts.items()]
+    return _bounds_lines(entries) + [
+        f"- {form}: " + ", ".join(items) for form, items in parts.items()
+    ]
 
 
 def _sensitivity_lines(entries: list[tuple[str, str, dict[str, Any]]]) -> list[str]:

@@ -9,7 +9,8 @@ catch the regression class.
 :data:`FAULTS` are mutants of another kind: not an upstream bug, but a fault no harness may be
 stalled, passed or taken down by (a loop, an early exit, a segfault, unbounded allocation, an
 exception at import, a syntax error); the harness's own tests run the main job on each.
-:data:`FRONT_END` are bugs in the audio front end that the features check must see.
+:data:`FRONT_END` are bugs in the audio front end that the features check must see;
+:data:`DELTA` small numeric shifts that only the derived parity bounds see.
 
 Command line: ``nemotron-vl-file-mutant NAME DEST_DIR`` writes the mutant under
 ``DEST_DIR/<the file's path under site-packages>`` and prints the ``--target`` value.
@@ -491,9 +492,78 @@ FRONT_END: dict[str, Mutation] = {
 }
 
 
+#: Where a static tile's or a video frame's rows leave ``mlp1`` in ``extract_feature`` (the
+#: line before they are collected), and where the sound encoder's rows leave its projection.
+_VISION_ROWS = (
+    r"^(?P<indent>[ \t]+)(?P<line>vit_embeds = self\.mlp1\(vit_embeds\)\n)"
+    r"(?P<next>(?P=indent)vit_embeds_list\.append\(vit_embeds\)\n)"
+)
+_SOUND_ROWS = r"^(?P<indent>[ \t]+)(?P<line>outputs = self\.projection\(outputs\)\n)"
+
+
+def _shift(name: str, description: str, where: str, code: str, file: Path) -> Mutation:
+    """``code`` (one line) put after the line ``where`` matches, at its indent."""
+    rest = r"\g<next>" if "(?P<next>" in where else ""
+    return Mutation(
+        name,
+        "none (numeric bound proof)",
+        description,
+        where,
+        r"\g<indent>\g<line>\g<indent>" + code + "\n" + rest,
+        file,
+    )
+
+
+#: Mutants of yet another kind: an honest-looking numeric regression that moves a path's rows
+#: by less than the old single bound (16 bf16 unit roundoffs, 6.25 %) and more than the path's
+#: derived bound (``harness.oracles.bounds``): a layer's output scaled by 1 + delta, one hidden
+#: channel or one position off. ``suites/harness/test_delta_mutants.py`` proves each fails the
+#: parity checks by the statistic it names, and that the unmutated file passes.
+DELTA: dict[str, Mutation] = {
+    m.name: m
+    for m in (
+        _shift(
+            "vision-rows-scaled-3pc",
+            "static tiles' and video frames' rows scaled by 1.03 after mlp1",
+            _VISION_ROWS,
+            "vit_embeds = vit_embeds * 1.03",
+            MODEL_FILE,
+        ),
+        _shift(
+            "vision-rows-scaled-4.5pc",
+            "static tiles' and video frames' rows scaled by 1.045 after mlp1",
+            _VISION_ROWS,
+            "vit_embeds = vit_embeds * 1.045",
+            MODEL_FILE,
+        ),
+        _shift(
+            "sound-rows-scaled-5pc",
+            "the sound encoder's rows scaled by 1.05 after its projection",
+            _SOUND_ROWS,
+            "outputs = outputs * 1.05",
+            PARAKEET_FILE,
+        ),
+        _shift(
+            "vision-channel-scaled",
+            "hidden channel 0 of static tiles' and video frames' rows scaled by 1.2",
+            _VISION_ROWS,
+            "vit_embeds[..., :1] *= 1.2",
+            MODEL_FILE,
+        ),
+        _shift(
+            "vision-first-row-scaled",
+            "the first row of the first tile (or frame) of each call scaled by 1.1",
+            _VISION_ROWS,
+            "vit_embeds[:1, :1] *= 1.1",
+            MODEL_FILE,
+        ),
+    )
+}
+
+
 def write_mutant(name: str, dest_dir: Path) -> Path:
     """Write mutant ``name`` under ``dest_dir`` at its file's path; return the file."""
-    known = MUTATIONS | FAULTS | FRONT_END
+    known = MUTATIONS | FAULTS | FRONT_END | DELTA
     if name not in known:
         raise MutationError(f"mutant: expected one of {sorted(known)}, got {name!r}")
     mutation = known[name]
@@ -505,7 +575,7 @@ def write_mutant(name: str, dest_dir: Path) -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("name", choices=sorted(MUTATIONS | FAULTS | FRONT_END))
+    parser.add_argument("name", choices=sorted(MUTATIONS | FAULTS | FRONT_END | DELTA))
     parser.add_argument("dest_dir", type=Path)
     args = parser.parse_args(argv)
     try:

@@ -114,6 +114,13 @@ def preload(*, vllm: bool) -> None:
         # in a fresh process (measured: nothing else in vLLM holds a name from them).
         for name in MODEL_FAMILY_MODULES:
             sys.modules.pop(name, None)
+        # vLLM's registry caches the class it resolved for an architecture: a model built in
+        # this process before (another test) would leave it resolving the class of the module
+        # just dropped, not the one each child imports.
+        from vllm.model_executor.models import registry
+
+        registry._try_load_model_cls.cache_clear()
+        registry._try_inspect_model_cls.cache_clear()
 
 
 def _child(job: SuiteJob) -> None:

@@ -4,8 +4,11 @@
   with random weights;
 - ``vllm_layers``: vLLM's own layers on CPU as oracles for the reference;
 - ``assertions``: what a clear error is, refusals, output comparisons;
-- ``parity``: the bounds of parity with the reference, the sensitivity each path must have for
-  them to mean something, and the features compared before the towers.
+- ``parity``: the analytic ceilings of parity with the reference, the sensitivity each path must
+  have for them to mean something, and the features compared before the towers;
+- ``bounds``: the parity bounds derived per path, dtype and statistic from measured error (the
+  calibration table);
+- ``rows``: a target's run of a request against the reference's, item by item, judged by them.
 
 May import: ``targets`` (vLLM's CPU runtime), ``inputs``, ``checkpoints``.
 """

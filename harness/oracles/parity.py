@@ -1,8 +1,9 @@
 """What parity with the reference measures, and what makes it able to see a bug.
 
-A parity check compares a target's tower rows with the reference's under a bound that depends on
-what the target computes in (:func:`parity_bound`): a bug shows only where it moves the rows by
-more than the bound. Two consequences are checked here, on every target:
+A parity check compares a target's tower rows with the reference's under a bound derived from the
+path's measured error (:mod:`harness.oracles.bounds`), never above the analytic ceiling of the
+dtype the target computes in (:func:`rounding_ceiling`): a bug shows only where it moves the rows
+by more than the bound. Two consequences are checked here, on every target:
 
 - *sensitivity*: two inputs that differ in content must give rows that differ by many times the
   bound (:data:`MIN_SENSITIVITY_RATIO`). A path whose output hardly depends on its input (weights
@@ -12,7 +13,7 @@ more than the bound. Two consequences are checked here, on every target:
   elementwise before any tower runs (:data:`FEATURE_BOUNDS`), so a front-end bug cannot hide in
   the towers' rounding.
 
-Bounds, and where they come from:
+The analytic ceilings, and where they come from:
 
 - fp32 rows: :data:`FP32_BOUND` = 1e-4. fp32 keeps 24 significant bits (u = 2^-24 ~ 6e-8); the
   towers' few thousand roundings, of partially cancelling sign, stay below 1e-5 (measured 1e-6 to
@@ -41,8 +42,10 @@ FP16_BOUND = 16 * 2.0**-11
 MIN_SENSITIVITY_RATIO = 4.0
 
 
-def parity_bound(dtype: torch.dtype) -> float:
-    """The relative error parity allows rows computed in ``dtype``."""
+def rounding_ceiling(dtype: torch.dtype) -> float:
+    """The most relative error rounding can explain in rows computed in ``dtype`` (16 unit
+    roundoffs; 1e-4 in fp32): the ceiling of every derived bound, and the bound of comparisons
+    with no calibration (a target against itself)."""
     return {torch.bfloat16: BF16_BOUND, torch.float16: FP16_BOUND}.get(dtype, FP32_BOUND)
 
 

@@ -548,6 +548,10 @@ class Target(abc.ABC):
         model.calls.reset()
         return model
 
+    def forget_models(self) -> None:
+        """Drop every model built so far (a run over many drawn folders builds each once)."""
+        self._models.clear()
+
     @abc.abstractmethod
     def build_model(
         self, spec: ModelSpec, folder: Path, device: torch.device, serving: ServingConfig

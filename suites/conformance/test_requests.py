@@ -36,7 +36,8 @@ from harness.inputs.catalogue import FORMS_BY_NAME, REQUEST_FORMS
 from harness.inputs.media import audio_clip, embedding_rows, pil_image
 from harness.inputs.requests import PLACEHOLDER, Request
 from harness.oracles.assertions import raises_clear_error
-from harness.oracles.parity import parity_bound, relative_error
+from harness.oracles.parity import relative_error, rounding_ceiling
+from harness.oracles.rows import EMBEDDING_TABLE
 from reference_impl.tokenizer import build_tokenizer, shared_tokenizer
 from suites.stress import THREADS, run_in_threads
 
@@ -59,8 +60,6 @@ HELPER_KEYS = {
     "pixel_values_flat_video": {"video_num_patches", "frames_indices", "frame_duration_ms"},
     "input_audio_features": {"feature_attention_mask", "audio_num_clips"},
 }
-#: The checkpoint's token embedding table (the language model's ``embed_tokens``).
-EMBEDDING_TABLE = "language_model.backbone.embeddings.weight"
 ROUTING_KEYS = {
     "image": ("pixel_values_flat", "image_embeds"),
     "video": ("pixel_values_flat_video", "video_embeds"),
@@ -177,9 +176,9 @@ def test_embeddings_are_merged_at_their_placeholders(request_runs, form):
 def test_items_embed_as_they_do_alone(request_runs, form):
     """Batching and mixing must not change an item's embedding: each item of the request, sent
     alone in a request of its own, embeds to the same rows, within the rounding its dtype allows
-    (:func:`harness.oracles.parity.parity_bound`: a batch of another shape may take other kernels,
-    which round differently in bf16; an item mixed with another's rows, or cut at the wrong place,
-    moves by its own size)."""
+    (:func:`harness.oracles.parity.rounding_ceiling`: a batch of another shape may take other
+    kernels, which round differently in bf16; an item mixed with another's rows, or cut at the
+    wrong place, moves by its own size). A target against itself: no calibrated bound applies."""
     request = FORMS_BY_NAME[form].request
     result = request_runs.run(form)
     model = request_runs.model(form)
@@ -198,7 +197,7 @@ def test_items_embed_as_they_do_alone(request_runs, form):
         )
         error, bound = (
             relative_error(embedding, single.embeddings[0]),
-            parity_bound(embedding.dtype),
+            rounding_ceiling(embedding.dtype),
         )
         assert error <= bound, (
             f"{name} embeds differently in the request: relative error {error:.3g} against "

@@ -8,7 +8,8 @@ signal in bf16 (``harness.oracles.parity``). Each path
 (:data:`harness.inputs.catalogue.CONTENT_PAIRS`, and the connector on its own) gets two inputs of
 the same shape and different content through the target's engine; the relative difference of their
 rows must be at least :data:`~harness.oracles.parity.MIN_SENSITIVITY_RATIO` times the path's parity
-bound on this target. The measured ratio goes into the report.
+bound on this target (the derived bound of :func:`harness.oracles.bounds.parity_bounds`, the
+relative error over the item). The measured ratio goes into the report.
 """
 
 from __future__ import annotations
@@ -18,14 +19,13 @@ import torch
 
 from harness.checkpoints.cache import checkpoint_weights
 from harness.inputs.catalogue import CONTENT_PAIRS, PAIRS_BY_PATH
+from harness.inputs.drawn import CONNECTOR_GRID, connector_features
 from harness.inputs.requests import RequestResult
-from harness.oracles.parity import MIN_SENSITIVITY_RATIO, parity_bound, relative_error, table_rows
-from suites.conformance.test_requests import EMBEDDING_TABLE
+from harness.oracles.bounds import parity_bounds
+from harness.oracles.parity import MIN_SENSITIVITY_RATIO, relative_error, table_rows
+from harness.oracles.rows import EMBEDDING_TABLE
 
 pytestmark = pytest.mark.concern("requests")
-
-#: The connector's input: ``n`` tiles of a ``gh x gw`` patch grid, RADIO's width.
-CONNECTOR_TILES, CONNECTOR_GRID, RADIO_WIDTH = 3, (4, 4), 384
 
 
 def computed_rows(result: RequestResult, modality: str, table: torch.Tensor) -> torch.Tensor:
@@ -41,12 +41,14 @@ def computed_rows(result: RequestResult, modality: str, table: torch.Tensor) -> 
     return stacked[~table_rows(stacked, table.to(stacked.device))]
 
 
-def check_sensitivity(path: str, first: torch.Tensor, second: torch.Tensor, record) -> None:
+def check_sensitivity(
+    path: str, first: torch.Tensor, second: torch.Tensor, saved: str, record
+) -> None:
     assert first.shape == second.shape, (
         f"{path}: the two inputs gave rows of shapes {tuple(first.shape)} and "
         f"{tuple(second.shape)}; the pair must differ in content only"
     )
-    bound = parity_bound(first.dtype)
+    bound = parity_bounds(path, first.dtype, saved)["global"].value
     difference = relative_error(second, first)
     ratio = difference / bound
     record(
@@ -79,16 +81,9 @@ def test_rows_depend_on_the_input(target, device, path, record_property):
         path,
         computed_rows(first, pair.modality, table),
         computed_rows(second, pair.modality, table),
+        pair.spec.checkpoint_dtype,
         record_property,
     )
-
-
-def connector_features(seed: int) -> torch.Tensor:
-    """``[n, gh*gw, C]`` vision features for the connector, bf16-representable (every target
-    sees the same numbers)."""
-    g = torch.Generator().manual_seed(seed)
-    shape = (CONNECTOR_TILES, CONNECTOR_GRID[0] * CONNECTOR_GRID[1], RADIO_WIDTH)
-    return torch.randn(shape, generator=g).bfloat16().float()
 
 
 @pytest.mark.concern("model")
@@ -99,5 +94,6 @@ def test_connector_rows_depend_on_its_input(make_model, record_property):
         "connector",
         model.connect(first, CONNECTOR_GRID),
         model.connect(second, CONNECTOR_GRID),
+        "bfloat16",
         record_property,
     )

@@ -7,9 +7,10 @@ asked for (``auto``: the engine's choice, which vLLM documents: the saved dtype,
 checkpoint in the platform's preferred half precision), the towers, the connector and the
 embeddings run in it (the engine casts the processor's features to it), and the rows are the
 reference's (fp32, on the same folder; the oracle of test_parity, so the check does not run on
-the reference target) within the parity bound of that dtype
-(:func:`harness.oracles.parity.parity_bound`: 16 unit roundoffs, 2^-8 for bf16, 2^-11 for fp16; 1e-4
-for fp32). A video's separator rows are token embeddings, exact in the served dtype.
+the reference target) within the bounds of each path in that dtype
+(:func:`harness.oracles.bounds.parity_bounds`: derived from the calibration where the calibrated
+vLLM served the cell, else the analytic ceiling of 16 unit roundoffs, 2^-8 for bf16, 2^-11 for
+fp16; 1e-4 for fp32). A video's separator rows are token embeddings, exact in the served dtype.
 
 The forms cover every path a dtype changes: static and dynamic tiles, video at T = 1 and 2, EVS,
 audio, and all of them in one request. The reference runs each form once per checkpoint dtype;
@@ -22,24 +23,17 @@ import dataclasses
 
 import pytest
 
-from harness.checkpoints.serving import ServingConfig
+from harness.checkpoints.serving import DEFAULT_SERVING
+from harness.checkpoints.serving import DTYPE_CASES as ALL_DTYPE_CASES
 from harness.checkpoints.spec import ModelSpec
 from harness.inputs.catalogue import FORMS_BY_NAME
-from suites.conformance.test_parity import compare_with_reference
+from harness.oracles.rows import compare_with_reference
 
 pytestmark = pytest.mark.concern("requests")
 
-#: (the dtype the folder is saved in, ``--dtype``): a bf16 checkpoint served in fp16 and fp32 (in
-#: bf16 it is every other check's configuration), an fp32 checkpoint served with ``auto`` and in
-#: each dtype.
-DTYPE_CASES = [
-    ("bfloat16", ServingConfig(dtype="float16")),
-    ("bfloat16", ServingConfig(dtype="float32")),
-    ("float32", ServingConfig(dtype="auto")),
-    ("float32", ServingConfig(dtype="bfloat16")),
-    ("float32", ServingConfig(dtype="float16")),
-    ("float32", ServingConfig(dtype="float32")),
-]
+#: (the dtype the folder is saved in, ``--dtype``): every case but the default (bf16 served as
+#: saved: every other check's configuration).
+DTYPE_CASES = [case for case in ALL_DTYPE_CASES if case != ("bfloat16", DEFAULT_SERVING)]
 #: One form per path a dtype changes (harness.inputs.catalogue.REQUEST_FORMS). Embeddings given in a
 #: request pass no tower; their bit-exactness is test_parity's (in the default configuration).
 FORMS = (
@@ -71,5 +65,8 @@ def test_served_dtype_matches_the_reference(
     served = serving.torch_dtype() or model.input_dtype
     actual = model.run_request(catalogued.request)
     expected = reference_runs.run(form, spec=spec)
-    measured = compare_with_reference(actual, expected, catalogued.request, spec, served=served)
+    measured, problems = compare_with_reference(
+        actual, expected, catalogued.request, spec, served=served
+    )
     record_property("measured", measured)
+    assert not problems, "; ".join(problems)

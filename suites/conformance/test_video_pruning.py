@@ -32,9 +32,9 @@ from harness.inputs.catalogue import FORMS_BY_NAME, REQUEST_FORMS
 from harness.inputs.media import video_clip
 from harness.inputs.requests import Request, VideoClip
 from harness.oracles.assertions import raises_clear_error
+from harness.oracles.rows import EMBEDDING_TABLE
 from reference_impl.tokenizer import IMG_CONTEXT, IMG_END, IMG_START, shared_tokenizer
 from suites.conformance.test_request_properties import REQUEST_SETTINGS
-from suites.conformance.test_requests import EMBEDDING_TABLE
 
 pytestmark = pytest.mark.concern("requests")
 

@@ -137,7 +137,7 @@ class VllmTarget(Target):
         self._module: types.ModuleType | None = None
         # Built models by spec and the options that change the built model (request-level
         # options share one).
-        self._built: dict[tuple[ModelSpec, ServingConfig], VllmModel] = {}
+        self._built: dict[tuple[ModelSpec, Path, ServingConfig], VllmModel] = {}
         self._fresh: dict[tuple[ModelSpec, bool], _FreshVllm] = {}
         self._engine_configs: dict[str, Any] = {}  # VllmConfigs by their text_config override
         self._model_configs: dict[ModelSpec, Any] = {}
@@ -172,13 +172,17 @@ class VllmTarget(Target):
 
     # The model ---------------------------------------------------------------------------
 
+    def forget_models(self) -> None:
+        super().forget_models()
+        self._built.clear()
+
     def build_model(
         self, spec: ModelSpec, folder: Path, device: torch.device, serving: ServingConfig
     ) -> tuple[MultimodalModel, dict[str, float]]:
         """vLLM's constructor and loader on the folder, under the engine config of ``vllm
         serve`` with ``serving``'s options (:mod:`.build`). Configurations that differ only in
         options that act on requests share one built model, each with its own engine config."""
-        built = (spec, serving.model_options())
+        built = (spec, folder, serving.model_options())
         steps: dict[str, float] = {}
         if built not in self._built:
             timings = build.Timings()
@@ -188,12 +192,12 @@ class VllmTarget(Target):
                 timings,
                 spec.processor_options,
                 spec.video_pruning_rate,
-                serving=built[1],
+                serving=built[2],
             )
-            self._built[built] = VllmModel(model, vllm_config, spec, built[1])
+            self._built[built] = VllmModel(model, vllm_config, spec, built[2])
             steps = timings.as_dict()
         shared = self._built[built]
-        if serving == built[1]:
+        if serving == built[2]:
             return shared, steps
         vllm_config = build.engine_config(
             folder,
