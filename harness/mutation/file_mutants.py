@@ -396,11 +396,28 @@ _IMAGE_PARSER = r'^(?P<indent>[ \t]+)(?P<line>image_embeds = kwargs\.pop\("image
 _FIRST_IMPORT = r"^(?P<line>import math\n)"
 
 
-def _fault(name: str, description: str, where: str, code: str) -> Mutation:
-    """``code`` (lines, indented to the insertion point) put before the line ``where`` matches."""
+def _inserted(
+    name: str,
+    upstream: str,
+    description: str,
+    where: str,
+    code: str,
+    *,
+    after: bool = False,
+    file: Path = MODEL_FILE,
+) -> Mutation:
+    """``code`` (lines, indented to the insertion point) put before the line ``where`` matches
+    (its group ``line``), or ``after`` it; a group ``next`` that follows is kept as it is."""
     indent = r"\g<indent>" if "(?P<indent>" in where else ""
     inserted = "".join(f"{indent}{line}\n" for line in code.splitlines())
-    return Mutation(name, "fault injection", description, where, inserted + indent + r"\g<line>")
+    rest = r"\g<next>" if "(?P<next>" in where else ""
+    line = indent + r"\g<line>"
+    replacement = line + inserted + rest if after else inserted + line + rest
+    return Mutation(name, upstream, description, where, replacement, file)
+
+
+def _fault(name: str, description: str, where: str, code: str) -> Mutation:
+    return _inserted(name, "fault injection", description, where, code)
 
 
 FAULTS: dict[str, Mutation] = {
@@ -502,15 +519,8 @@ _SOUND_ROWS = r"^(?P<indent>[ \t]+)(?P<line>outputs = self\.projection\(outputs\
 
 
 def _shift(name: str, description: str, where: str, code: str, file: Path) -> Mutation:
-    """``code`` (one line) put after the line ``where`` matches, at its indent."""
-    rest = r"\g<next>" if "(?P<next>" in where else ""
-    return Mutation(
-        name,
-        "none (numeric bound proof)",
-        description,
-        where,
-        r"\g<indent>\g<line>\g<indent>" + code + "\n" + rest,
-        file,
+    return _inserted(
+        name, "none (numeric bound proof)", description, where, code, after=True, file=file
     )
 
 

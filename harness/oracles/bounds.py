@@ -17,6 +17,9 @@ item's error (:data:`STATISTICS`):
   others are right;
 - ``channel``: the same per hidden channel, over ``||e|| / sqrt(C)``: one channel off.
 
+Rows no tower computes are not a path: given embeddings and a video's separator rows must come
+back bit-exact (:mod:`harness.oracles.rows`), a bound of 0 that needs no calibration.
+
 Row and channel errors are measured against the typical row's (channel's) size, not each one's
 own: a channel of near-zero values would make its own relative error rounding noise over
 nothing (measured: up to 14 % in bf16 for channels of honest rows).

@@ -47,6 +47,24 @@ def run_suites(
     return run
 
 
+def run_installed_and_mutants(
+    base: Path,
+    installed: Sequence[str],
+    mutants: dict[str, Sequence[str]],
+    write_mutant: Callable[[str, Path], Path],
+) -> dict[str, SuiteRun]:
+    """The checks ``installed`` on the installed vLLM (key ``"installed"``) and each mutant's
+    checks on it, written by ``write_mutant`` under ``base``, two forked children at a time."""
+    from harness.mutation.runner import run_many
+
+    jobs = [SuiteJob("installed", "vllm", tuple(installed), base / "installed")]
+    for name, checks in mutants.items():
+        target = f"vllm-file:{write_mutant(name, base / name / 'src')}"
+        jobs.append(SuiteJob(name, target, tuple(checks), base / name))
+    _preload_once()
+    return {run.key: run for run in run_many(jobs, parallel=min(2, os.cpu_count() or 1))}
+
+
 @functools.cache
 def _preload_once() -> None:
     preload(vllm=vllm_installed())

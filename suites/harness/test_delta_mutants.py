@@ -12,14 +12,12 @@ The runs share one vLLM import: each is a fork of this process (:mod:`harness.mu
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
 from harness.mutation.file_mutants import DELTA, write_mutant
-from harness.mutation.runner import SuiteJob, SuiteRun, preload, run_many
+from harness.mutation.runner import SuiteRun
 from harness.oracles.parity import BF16_BOUND
-from suites.harness.helpers import needs_vllm
+from suites.harness.helpers import needs_vllm, run_installed_and_mutants
 
 pytestmark = [needs_vllm, pytest.mark.vllm, pytest.mark.slow]
 
@@ -52,14 +50,12 @@ def test_every_delta_mutant_has_its_expectation():
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, SuiteRun]:
-    base = tmp_path_factory.mktemp("delta")
-    jobs = [SuiteJob(UNMUTATED, "vllm", tuple(CHECKS), base / UNMUTATED)]
-    for name, (forms, _, _) in EXPECTED.items():
-        target = f"vllm-file:{write_mutant(name, base / name / 'src')}"
-        checks = tuple(PARITY.format(form) for form in forms)
-        jobs.append(SuiteJob(name, target, checks, base / name))
-    preload(vllm=True)
-    return {run.key: run for run in run_many(jobs, parallel=min(2, os.cpu_count() or 1))}
+    mutants = {
+        name: [PARITY.format(form) for form in forms] for name, (forms, _, _) in EXPECTED.items()
+    }
+    return run_installed_and_mutants(
+        tmp_path_factory.mktemp("delta"), CHECKS, mutants, write_mutant
+    )
 
 
 def test_the_installed_file_passes_the_derived_bounds(runs):

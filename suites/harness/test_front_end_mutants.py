@@ -8,13 +8,11 @@ The runs share one vLLM import: each is a fork of this process (:mod:`harness.mu
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
 from harness.mutation.file_mutants import FRONT_END, write_mutant
-from harness.mutation.runner import SuiteJob, SuiteRun, preload, run_many
-from suites.harness.helpers import needs_vllm
+from harness.mutation.runner import SuiteRun
+from suites.harness.helpers import needs_vllm, run_installed_and_mutants
 
 pytestmark = [needs_vllm, pytest.mark.vllm, pytest.mark.slow]
 
@@ -28,13 +26,10 @@ UNMUTATED = "installed"
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, SuiteRun]:
-    base = tmp_path_factory.mktemp("front-end")
-    jobs = [SuiteJob(UNMUTATED, "vllm", tuple(CHECKS), base / UNMUTATED)]
-    for name in FRONT_END:
-        target = f"vllm-file:{write_mutant(name, base / name / 'src')}"
-        jobs.append(SuiteJob(name, target, tuple(CHECKS), base / name))
-    preload(vllm=True)
-    return {run.key: run for run in run_many(jobs, parallel=min(2, os.cpu_count() or 1))}
+    mutants = dict.fromkeys(FRONT_END, CHECKS)
+    return run_installed_and_mutants(
+        tmp_path_factory.mktemp("front-end"), CHECKS, mutants, write_mutant
+    )
 
 
 def test_the_installed_front_end_passes(runs):

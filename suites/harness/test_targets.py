@@ -193,3 +193,34 @@ def test_unknown_reference_mutant_exits_2(tmp_path):
     run = run_suites(tmp_path, "--target=reference-mutant:nope", "--co")
     assert run.returncode == 2
     assert "reference-mutant: expected one of" in run.output
+
+
+IDENTITY_THEN_PLATFORM = """
+from harness.targets.vllm import VllmTarget
+VllmTarget().identity()
+from vllm.platforms import current_platform
+print(current_platform.device_type)
+"""
+
+
+@needs_vllm
+def test_the_vllm_targets_identity_leaves_vllm_on_the_cpu():
+    """The main job asks the target's identity (the hashes of its files) before any check: on a
+    CPU-only host with no VLLM_TARGET_DEVICE, that first touch of vLLM's packages must already
+    be on the CPU, or vLLM settles on no platform and every model build fails ("Failed to infer
+    device type": every vLLM check of a main job run outside nox did)."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "VLLM_TARGET_DEVICE"}
+    done = subprocess.run(
+        [sys.executable, "-c", IDENTITY_THEN_PLATFORM],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == "cpu", done.stdout[-2000:]

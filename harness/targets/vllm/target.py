@@ -56,6 +56,7 @@ from harness.targets.vllm.files import load_model_files, module_name_for
 from harness.targets.vllm.model import VllmModel
 from harness.targets.vllm.runtime import (
     import_vllm_module,
+    prepare_cpu_environment,
     vllm_version,
     without_packed_cpu_kernels,
 )
@@ -159,6 +160,9 @@ class VllmTarget(Target):
         version = vllm_version()
         if version is None:
             return TargetIdentity(name=self.name, version="not installed")
+        # find_spec imports the parent packages (vllm itself): the CPU environment first, or
+        # vLLM settles on no platform and every later build fails to infer its device.
+        prepare_cpu_environment()
         files = {}
         for name in MODEL_FAMILY_MODULES:
             found = importlib.util.find_spec(name)
