@@ -515,6 +515,11 @@ _VISION_ROWS = (
     r"^(?P<indent>[ \t]+)(?P<line>vit_embeds = self\.mlp1\(vit_embeds\)\n)"
     r"(?P<next>(?P=indent)vit_embeds_list\.append\(vit_embeds\)\n)"
 )
+#: Where ``get_vit_model_from_radio_config`` passes the patch size to ``RadioConfig``.
+_RADIO_CONFIG = (
+    r"^(?P<indent>[ \t]+)(?P<line>patch_size=patch_size,\n)"
+    r"(?P<next>(?P=indent)norm_mean=hf_config\.norm_mean,\n)"
+)
 _SOUND_ROWS = r"^(?P<indent>[ \t]+)(?P<line>outputs = self\.projection\(outputs\)\n)"
 
 
@@ -526,9 +531,10 @@ def _shift(name: str, description: str, where: str, code: str, file: Path) -> Mu
 
 #: Mutants of yet another kind: an honest-looking numeric regression that moves a path's rows
 #: by less than the old single bound (16 bf16 unit roundoffs, 6.25 %) and more than the path's
-#: derived bound (``harness.oracles.bounds``): a layer's output scaled by 1 + delta, one hidden
-#: channel or one position off. ``suites/harness/test_delta_mutants.py`` proves each fails the
-#: parity checks by the statistic it names, and that the unmutated file passes.
+#: derived bound (``harness.oracles.bounds``): a layer's output scaled by 1 + delta, an epsilon
+#: changed, one hidden channel or one position off. ``suites/harness/test_delta_mutants.py``
+#: proves each fails the parity checks by the statistic it names, and that the unmutated file
+#: passes.
 DELTA: dict[str, Mutation] = {
     m.name: m
     for m in (
@@ -552,6 +558,13 @@ DELTA: dict[str, Mutation] = {
             _SOUND_ROWS,
             "outputs = outputs * 1.05",
             PARAKEET_FILE,
+        ),
+        _shift(
+            "radio-norm-eps-3e-5",
+            "RADIO's layer norms built with epsilon 3e-5 instead of the config's 1e-6",
+            _RADIO_CONFIG,
+            "layer_norm_eps=3e-5,",
+            MODEL_FILE,
         ),
         _shift(
             "vision-channel-scaled",
