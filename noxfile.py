@@ -8,6 +8,7 @@
     nox -s fuzz          long hypothesis runs of the property checks
     nox -s mutants       the kill matrix: every corpus mutant against the suites (reports/mutants)
     nox -s mutation      the mutation score over vLLM's model code (reports/mutation; resumable)
+    nox -s sweep         the kill matrix as one shard per core in parallel, merged (reports/mutants)
     nox -s bench         speed of the reference LM beside transformers (reports/benchmarks/)
     nox -s calibrate     the parity bounds from vLLM's measured error (fixtures/calibration/)
     nox -s gpu           every GPU check in the shared environment, with vLLM (GPU machines)
@@ -184,6 +185,36 @@ def calibrate(session: nox.Session) -> None:
         "--check-seeds",
         "100-119",
         f"--report={REPORTS / 'calibration.md'}",
+    )
+
+
+@nox.session(venv_backend="none")
+def sweep(session: nox.Session) -> None:
+    """The kill matrix as N shards in parallel processes on this machine (N: the cores, or
+    `-- N`), then merged into reports/mutants.{md,json}: what the mutation-sweep workflow does
+    across runners, each shard's files in reports/shards/. Arguments after N go to each shard,
+    e.g. `-- 2 --only NAME NAME`."""
+    args = list(session.posargs)
+    count = int(args.pop(0)) if args and args[0].isdigit() else (os.cpu_count() or 1)
+    script = str(Path(shared_python(session)).parent / "nemotron-vl-kill-matrix")
+    outs = [REPORTS / "shards" / f"mutants-{k}" for k in range(1, count + 1)]
+    session.log(f"running {count} shards of the kill matrix in parallel")
+    shards = [
+        subprocess.Popen(
+            [script, "--shard", f"{k}/{count}", "--parallel", "1", "--out", str(out), *args],
+            env={**os.environ, **CPU_ENV},
+        )
+        for k, out in enumerate(outs, 1)
+    ]
+    codes = [shard.wait() for shard in shards]
+    if any(code not in (0, 1) for code in codes):  # 1: ran, not green; the merge says why
+        session.error(f"a shard could not run: exit statuses {codes}")
+    session.run(
+        script,
+        "--merge",
+        *(str(out.with_suffix(".json")) for out in outs),
+        env=CPU_ENV,
+        external=True,
     )
 
 

@@ -7,7 +7,8 @@
   fail;
 - ``runner``: suite runs against mutated files, in forked processes;
 - ``matrix``: the kill matrix of the corpus (``nemotron-vl-kill-matrix``);
-- ``score``: the mutation score (``nemotron-vl-mutation-score``).
+- ``score``: the mutation score (``nemotron-vl-mutation-score``);
+- ``shards``: ``--shard K/N`` for both, and the checks their merges make.
 
 May import: ``jobs`` (results), ``checkpoints`` (the folder cache), ``model_files``; the runner
 loads targets in its forked children.

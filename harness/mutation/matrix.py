@@ -8,6 +8,12 @@ whether the record's pinned checks are among them, and the mutant's wall time. T
 unexpected pass), or a kill proves nothing.
 
     nemotron-vl-kill-matrix [--out reports/mutants] [--parallel N] [--only NAME ...]
+                            [--shard K/N]
+    nemotron-vl-kill-matrix --merge SHARD.json ... [--out reports/mutants]
+
+``--shard K/N`` runs the baselines and every N-th mutant from the K-th
+(:mod:`harness.mutation.shards`); ``--merge`` puts the N shards' files back together into the
+matrix an unsharded run writes (the same rows and verdicts; the wall times summed).
 
 Writes ``mutants.json`` and ``mutants.md``; exits 0 when the baseline is green and every corpus
 mutant that can show on CPU is killed, 1 otherwise, 2 when it could not run.
@@ -32,6 +38,7 @@ from harness.jobs.results import replace_text
 from harness.mutation.corpus import CorpusError, CorpusMutant, Record, load_corpus
 from harness.mutation.file_mutants import MutationError, write_mutant
 from harness.mutation.runner import SuiteJob, SuiteRun, preload, run_many
+from harness.mutation.shards import WHOLE, Shard, ShardError, check_complete, parse_shard
 
 SUITES = ("suites/conformance",)
 DEFAULT_OUT = ROOT / "reports" / "mutants"
@@ -95,10 +102,12 @@ def run_matrix(
     suites: Sequence[str] = SUITES,
     parallel: int = 2,
     only: Sequence[str] = (),
+    shard: Shard = WHOLE,
 ) -> dict[str, Any]:
-    """Run the baselines and every selected mutant; the matrix as a JSON-ready dict."""
+    """Run the baselines and every selected mutant of ``shard``; the matrix as a JSON-ready
+    dict."""
     started = time.perf_counter()
-    mutants = [m for r in records for m in r.mutants if not only or m.name in only]
+    mutants = shard.select([m for r in records for m in r.mutants if not only or m.name in only])
     verdicts: dict[str, MutantVerdict] = {}
     jobs = [SuiteJob(f"baseline:{b}", b, tuple(suites), workdir / b) for b in BASELINES]
     for mutant in mutants:
@@ -115,14 +124,36 @@ def run_matrix(
             baselines[run.key.removeprefix("baseline:")] = run
         else:
             verdicts[run.key] = MutantVerdict(by_key[run.key], run)
+    return matrix_document(
+        records,
+        [verdicts[m.key].as_dict() for m in mutants],
+        {name: _baseline(run) for name, run in baselines.items()},
+        suites=suites,
+        wall_s=time.perf_counter() - started,
+        parallel=parallel,
+        shard=shard,
+    )
+
+
+def matrix_document(
+    records: Sequence[Record],
+    rows: list[dict[str, Any]],
+    baseline: dict[str, dict[str, Any]],
+    *,
+    suites: Sequence[str],
+    wall_s: float,
+    parallel: int,
+    shard: Shard,
+) -> dict[str, Any]:
+    """The matrix of ``rows`` (mutants' verdicts, in corpus order) and the ``baseline``."""
     gpu_only = {r.id: r.gpu_only for r in records if r.gpu_only}
-    rows = [verdicts[m.key].as_dict() for m in mutants]
     cpu_rows = [row for row in rows if row["record"] not in gpu_only]
     return {
         "suites": list(suites),
-        "wall_s": round(time.perf_counter() - started, 1),
+        "shard": str(shard),
+        "wall_s": round(wall_s, 1),
         "parallel": parallel,
-        "baseline": {name: _baseline(run) for name, run in baselines.items()},
+        "baseline": baseline,
         "records": [
             {
                 "id": r.id,
@@ -145,6 +176,59 @@ def run_matrix(
             "gpu_only": gpu_only,
         },
     }
+
+
+#: What differs between two runs of the same matrix on the same code: how long it took.
+WALL_FIELDS = ("wall_s", "parallel", "shard")
+
+
+def merge_matrices(
+    parts: Sequence[dict[str, Any]], names: Sequence[str], records: Sequence[Record]
+) -> dict[str, Any]:
+    """The shards ``parts`` (read from files ``names``) as the one matrix an unsharded run
+    writes: every shard of one sweep once, on the same suites and corpus, with baselines that
+    agree; rows in corpus order, wall times summed. :class:`ShardError` names what does not
+    fit."""
+    check_complete([str(p.get("shard", "1/1")) for p in parts], names)
+    first = parts[0]
+    for part, name in zip(parts, names, strict=True):
+        for field in ("suites", "records"):
+            if part[field] != first[field]:
+                raise ShardError(
+                    f"merge: {name}: {field} differ from {names[0]}'s: not shards of one sweep"
+                )
+        for target, base in part["baseline"].items():
+            ours, theirs = _without_wall(base), _without_wall(first["baseline"].get(target, {}))
+            if ours != theirs:
+                raise ShardError(
+                    f"merge: {name}: the {target} baseline ({ours}) differs from {names[0]}'s "
+                    f"({theirs}): the shards ran different code"
+                )
+    order = [m.key for r in records for m in r.mutants]
+    rows: dict[str, dict[str, Any]] = {}
+    for part, name in zip(parts, names, strict=True):
+        for row in part["mutants"]:
+            key = f"{row['kind']}:{row['name']}"
+            if key in rows:
+                raise ShardError(f"merge: {name}: mutant {key} is in two shards")
+            rows[key] = row
+    baseline = {
+        target: {**base, "wall_s": max(p["baseline"][target]["wall_s"] for p in parts)}
+        for target, base in first["baseline"].items()
+    }
+    return matrix_document(
+        records,
+        [rows[key] for key in order if key in rows],
+        baseline,
+        suites=first["suites"],
+        wall_s=sum(float(p["wall_s"]) for p in parts),
+        parallel=int(first["parallel"]),
+        shard=WHOLE,
+    )
+
+
+def _without_wall(document: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in document.items() if k not in WALL_FIELDS}
 
 
 def _baseline(run: SuiteRun) -> dict[str, Any]:
@@ -170,7 +254,12 @@ def render_markdown(matrix: dict[str, Any]) -> str:
         "",
         f"Suites: {', '.join(matrix['suites'])}. {s['records']} records, {s['mutants']} mutants; "
         f"killed {s['killed']} of {s['mutants']} ({s['cpu_killed']} of {s['cpu_mutants']} that "
-        f"can show on CPU). Wall time {matrix['wall_s']:.0f} s, {matrix['parallel']} at a time.",
+        f"can show on CPU). Wall time {matrix['wall_s']:.0f} s, {matrix['parallel']} at a time"
+        + (
+            f"; shard {matrix['shard']} of the corpus."
+            if matrix.get("shard", "1/1") != "1/1"
+            else "."
+        ),
         "",
         "## Baseline (unmutated targets)",
         "",
@@ -222,18 +311,45 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--only", nargs="*", default=[], help="mutant names to run")
     parser.add_argument("--suites", nargs="*", default=list(SUITES), help="suites to run")
+    parser.add_argument(
+        "--shard", default="1/1", help="run every N-th mutant from the K-th: K/N (default 1/1)"
+    )
+    parser.add_argument(
+        "--merge",
+        nargs="+",
+        type=Path,
+        metavar="SHARD_JSON",
+        help="merge these shards' mutants.json into --out instead of running",
+    )
     args = parser.parse_args(argv)
     if args.parallel < 1:
         parser.error(f"--parallel: expected a positive number, got {args.parallel}")
+    try:
+        shard = parse_shard(args.shard)
+    except ShardError as e:
+        parser.error(str(e))
     try:
         records = load_corpus()
     except CorpusError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    with tempfile.TemporaryDirectory(prefix="mutants-") as tmp, shared_folders():
-        matrix = run_matrix(
-            records, Path(tmp), suites=args.suites, parallel=args.parallel, only=args.only
-        )
+    if args.merge:
+        try:
+            parts = [json.loads(path.read_text()) for path in args.merge]
+            matrix = merge_matrices(parts, [str(p) for p in args.merge], records)
+        except (OSError, json.JSONDecodeError, KeyError, ShardError) as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+    else:
+        with tempfile.TemporaryDirectory(prefix="mutants-") as tmp, shared_folders():
+            matrix = run_matrix(
+                records,
+                Path(tmp),
+                suites=args.suites,
+                parallel=args.parallel,
+                only=args.only,
+                shard=shard,
+            )
     args.out.parent.mkdir(parents=True, exist_ok=True)
     replace_text(args.out.with_suffix(".json"), json.dumps(matrix, indent=2) + "\n")
     replace_text(args.out.with_suffix(".md"), render_markdown(matrix))

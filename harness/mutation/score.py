@@ -17,6 +17,13 @@ The score is killed / (run - equivalent), with a 95% Wilson interval for the sam
 
     nemotron-vl-mutation-score [--sample 300] [--seed 0] [--parallel 2] [--fresh]
     nemotron-vl-mutation-score --recheck      # the survivors against every suite
+    nemotron-vl-mutation-score --shard K/N    # every N-th sampled mutant from the K-th
+    nemotron-vl-mutation-score --merge reports/mutation-runs-*-of-N.jsonl
+
+A shard keeps its runs in ``reports/mutation-runs-K-of-N.jsonl`` (its first line names the
+shard, the sample and the seed) and its report in ``reports/mutation-K-of-N.{md,json}``;
+``--merge`` checks the N shards are one sweep and writes the report of the whole sample, the
+same an unsharded run writes (the wall times summed).
 
 Resumable: each finished mutant is appended to ``reports/mutation-runs.jsonl``; a later run skips
 those (same sample and seed) unless ``--fresh``. Writes ``reports/mutation.{md,json}``.
@@ -42,6 +49,7 @@ from harness.checkpoints.cache import shared_folders
 from harness.jobs.results import replace_text
 from harness.mutation.ast_mutants import COVERED, AstMutant, candidates, sample, write_mutant_file
 from harness.mutation.runner import SuiteJob, SuiteRun, preload, run_many
+from harness.mutation.shards import WHOLE, Shard, ShardError, check_complete, parse_shard
 
 REPORT = ROOT / "reports" / "mutation"
 RUNS_FILE = ROOT / "reports" / "mutation-runs.jsonl"
@@ -107,6 +115,7 @@ def _run_sample(
     workdir: Path,
     *,
     recheck: bool = False,
+    runs_file: Path = RUNS_FILE,
 ) -> None:
     """Run each mutant not run yet against its covering suites; with ``recheck``, each survivor
     not rechecked yet against every conformance suite."""
@@ -152,19 +161,62 @@ def _run_sample(
         if recheck:
             row = {**done[run.key], "recheck": row}
         done[run.key] = row
-        with RUNS_FILE.open("a") as f:
+        with runs_file.open("a") as f:
             f.write(json.dumps(row) + "\n")
         status = row["recheck"]["status"] if recheck else row["status"]
         print(f"[mutation] {count}/{len(jobs)} {status}: {run.key}", flush=True)
 
 
-def _read_runs() -> tuple[dict[str, dict[str, Any]], float]:
+def _read_runs(path: Path = RUNS_FILE) -> tuple[dict[str, dict[str, Any]], float]:
     """The mutants run so far, by id, and the wall time of the sessions that ran them."""
-    if not RUNS_FILE.is_file():
+    if not path.is_file():
         return {}, 0.0
-    rows = [json.loads(line) for line in RUNS_FILE.read_text().splitlines() if line.strip()]
+    rows = _rows(path)
     sessions = sum(float(row["session_wall_s"]) for row in rows if "session_wall_s" in row)
     return {row["id"]: row for row in rows if "id" in row}, sessions
+
+
+def _rows(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def shard_runs_file(shard: Shard) -> Path:
+    """Where a shard's runs go unless told: beside the unsharded runs file."""
+    if shard == WHOLE:
+        return RUNS_FILE
+    return RUNS_FILE.with_name(f"mutation-runs-{shard.index}-of-{shard.count}.jsonl")
+
+
+def _sweep_of(path: Path) -> dict[str, Any]:
+    """The ``{"shard", "sample", "seed"}`` line a shard's runs file starts with."""
+    for row in _rows(path):
+        if "shard" in row:
+            return row
+    raise ShardError(f"merge: {path}: no shard line; is it the runs file of a --shard run?")
+
+
+def merge_runs(paths: list[Path]) -> tuple[dict[str, dict[str, Any]], float, int, int]:
+    """The shards' runs files as one: the mutants run by id, the sessions' wall time, and the
+    sample and seed the shards share. :class:`ShardError` names a shard missing, repeated or of
+    another sweep, or a mutant in two shards."""
+    sweeps = [_sweep_of(path) for path in paths]
+    check_complete([str(s["shard"]) for s in sweeps], [str(p) for p in paths])
+    for sweep, path in zip(sweeps, paths, strict=True):
+        if (sweep["sample"], sweep["seed"]) != (sweeps[0]["sample"], sweeps[0]["seed"]):
+            raise ShardError(
+                f"merge: {path}: sample {sweep['sample']}, seed {sweep['seed']}; {paths[0]}: "
+                f"sample {sweeps[0]['sample']}, seed {sweeps[0]['seed']}: not one sweep"
+            )
+    done: dict[str, dict[str, Any]] = {}
+    wall = 0.0
+    for path in paths:
+        rows, sessions = _read_runs(path)
+        for mutant_id, row in rows.items():
+            if mutant_id in done:
+                raise ShardError(f"merge: {path}: mutant {mutant_id} is in two shards")
+            done[mutant_id] = row
+        wall += sessions
+    return done, wall, int(sweeps[0]["sample"]), int(sweeps[0]["seed"])
 
 
 def build_report(
@@ -288,35 +340,76 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--recheck", action="store_true", help="run the survivors against every suite"
     )
+    parser.add_argument(
+        "--shard", default="1/1", help="run every N-th sampled mutant from the K-th: K/N"
+    )
+    parser.add_argument(
+        "--merge",
+        nargs="+",
+        type=Path,
+        metavar="RUNS_JSONL",
+        help="the shards' runs files: write the one report of the whole sample from them",
+    )
+    parser.add_argument("--out", type=Path, help="report path without suffix")
     args = parser.parse_args(argv)
     if args.sample < 1 or args.parallel < 1:
         parser.error("--sample and --parallel: expected positive numbers")
+    try:
+        shard = parse_shard(args.shard)
+    except ShardError as e:
+        parser.error(str(e))
     everything = candidates()
-    mutants = sample(everything, args.sample, args.seed)
-    RUNS_FILE.parent.mkdir(parents=True, exist_ok=True)
-    if args.fresh and RUNS_FILE.exists():
-        RUNS_FILE.unlink()
-    done, earlier_wall = _read_runs()
-    wall = earlier_wall
-    if not args.report_only:
-        started = time.perf_counter()
-        with tempfile.TemporaryDirectory(prefix="mutation-") as tmp, shared_folders():
-            try:
-                _run_sample(mutants, done, args.parallel, Path(tmp), recheck=args.recheck)
-            finally:  # an interrupted session counts too: its mutants are kept
-                session = time.perf_counter() - started
-                with RUNS_FILE.open("a") as f:
-                    f.write(json.dumps({"session_wall_s": round(session, 1)}) + "\n")
-                wall += session
+    if args.merge:
+        try:
+            done, wall, sample_size, seed = merge_runs(list(args.merge))
+        except (OSError, json.JSONDecodeError, ShardError) as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        mutants = sample(everything, sample_size, seed)
+        out = args.out or REPORT
+    else:
+        seed = args.seed
+        mutants = shard.select(sample(everything, args.sample, seed))
+        runs_file = shard_runs_file(shard)
+        out = args.out or (
+            REPORT
+            if shard == WHOLE
+            else REPORT.with_name(f"mutation-{shard.index}-of-{shard.count}")
+        )
+        runs_file.parent.mkdir(parents=True, exist_ok=True)
+        if args.fresh and runs_file.exists():
+            runs_file.unlink()
+        if shard != WHOLE and not runs_file.exists():
+            sweep = {"shard": str(shard), "sample": args.sample, "seed": seed}
+            runs_file.write_text(json.dumps(sweep) + "\n")
+        done, wall = _read_runs(runs_file)
+        if not args.report_only:
+            started = time.perf_counter()
+            with tempfile.TemporaryDirectory(prefix="mutation-") as tmp, shared_folders():
+                try:
+                    _run_sample(
+                        mutants,
+                        done,
+                        args.parallel,
+                        Path(tmp),
+                        recheck=args.recheck,
+                        runs_file=runs_file,
+                    )
+                finally:  # an interrupted session counts too: its mutants are kept
+                    session = time.perf_counter() - started
+                    with runs_file.open("a") as f:
+                        f.write(json.dumps({"session_wall_s": round(session, 1)}) + "\n")
+                    wall += session
     try:
         report = build_report(
-            mutants, done, total_candidates=len(everything), seed=args.seed, wall_s=wall
+            mutants, done, total_candidates=len(everything), seed=seed, wall_s=wall
         )
     except SurvivorFileError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    replace_text(REPORT.with_suffix(".json"), json.dumps(report, indent=2) + "\n")
-    replace_text(REPORT.with_suffix(".md"), render_markdown(report))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    replace_text(out.with_suffix(".json"), json.dumps(report, indent=2) + "\n")
+    replace_text(out.with_suffix(".md"), render_markdown(report))
     print(
         f"[mutation] score {report['score']:.1%} "
         f"(95% {report['interval_95'][0]:.1%}-{report['interval_95'][1]:.1%}), "

@@ -125,3 +125,55 @@ def test_actionlint_is_clean():
         check=False,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_the_mutation_sweep_shards_on_a_schedule_and_merges_every_shard():
+    """The sweep runs on a schedule as a matrix of shards; each shard's commands are the nox
+    sessions with options their commands take; the merge job takes exactly the files every
+    shard of the matrix writes, and publishes the merged reports as an artifact and summary."""
+    workflow = load("mutation-sweep.yml")
+    assert set(workflow["on"]) == {"schedule", "workflow_dispatch"}
+    shards = workflow["jobs"]["shard"]["strategy"]["matrix"]["shard"]
+    count = len(shards)
+    assert shards == list(range(1, count + 1))
+    sessions = nox_sessions()
+    help_of = {
+        "mutants": "harness.mutation.matrix",
+        "mutation": "harness.mutation.score",
+    }
+    for job, command in run_commands(workflow):
+        words = shlex.split(command)
+        if words[:2] == ["pip", "install"]:
+            assert words == ["pip", "install", "nox"], (job, command)
+            continue
+        if words[0] == "cat":
+            assert job == "merge", command
+            assert command.endswith('>> "$GITHUB_STEP_SUMMARY"'), command
+            continue
+        assert words[:2] == ["nox", "-s"], (job, command)
+        assert words[2] in sessions, (job, command)
+        help_text = subprocess.run(
+            [sys.executable, "-m", help_of[words[2]], "--help"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=False,
+        ).stdout
+        for option in (w for w in words[4:] if w.startswith("--")):
+            assert option in help_text, f"{job}: {command} passes {option}, not an option"
+        if job == "shard":
+            assert words[words.index("--shard") + 1] == f"$SHARD/{count}", command
+        else:
+            merged = words[words.index("--merge") + 1 :]
+            if words[2] == "mutants":
+                expected = [f"reports/shards/mutants-{k}.json" for k in shards]
+            else:
+                expected = [f"reports/mutation-runs-{k}-of-{count}.jsonl" for k in shards]
+            assert merged == expected, command
+    merge = workflow["jobs"]["merge"]
+    assert merge["needs"] == "shard"
+    uploads = [
+        s for s in merge["steps"] if s.get("uses", "").startswith("actions/upload-artifact@")
+    ]
+    assert uploads, "the merge job publishes no artifact"
+    assert "reports/mutants.md" in uploads[0]["with"]["path"]
