@@ -8,6 +8,7 @@ summaries), including each target's identity (name, version, file hashes) and kn
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -176,13 +177,14 @@ def _supervision(run: TargetRun) -> dict[str, Any]:
 
 
 def build_report(runs: Sequence[TargetRun], command: str = "") -> Report:
+    started = time.perf_counter()
     check_ids: list[str] = []
     for run in runs:
         for check in run.checks:
             if check["id"] not in check_ids:
                 check_ids.append(check["id"])
     by_run = [{c["id"]: c for c in run.checks} for run in runs]
-    return {
+    report: Report = {
         "schema_version": SCHEMA_VERSION,
         "generated": datetime.now(UTC).isoformat(timespec="seconds"),
         "command": command,
@@ -197,6 +199,7 @@ def build_report(runs: Sequence[TargetRun], command: str = "") -> Report:
                 "summary": summarize(run),
                 "stale_deviations": run.results["stale_deviations"] if run.results else [],
                 "build_timings": run.results["build_timings"] if run.results else {},
+                "phases": (run.results.get("phases") if run.results else None),
                 "runs_on": _runs_on_counts(run),
                 "by_serving": _by_serving(run),
                 "deviations_by_reach": _deviations_by_reach(run),
@@ -216,6 +219,8 @@ def build_report(runs: Sequence[TargetRun], command: str = "") -> Report:
             for check_id in sorted(check_ids)
         ],
     }
+    report["report_s"] = round(time.perf_counter() - started, 3)
+    return report
 
 
 def exit_status(report: Report) -> int:
@@ -268,6 +273,7 @@ def render_markdown(report: Report) -> str:
             for what, steps in t["build_timings"].items():
                 parts = ", ".join(f"{k.removesuffix('_s')} {v}" for k, v in steps.items())
                 lines.append(f"- `{t['selector']}` {what}: {parts}")
+    lines += _phase_section(targets, report.get("report_s"))
     lines += _serving_section(targets)
     lines += _self_consistency_section(report)
     lines += _reach_section(targets) + _measured_section(targets)
@@ -408,6 +414,39 @@ def _reach_section(targets: list[dict[str, Any]]) -> list[str]:
         for reach, ids in groups.items():
             what = REACHES.get(reach, "not stated in the deviation file")
             lines.append(f"- **{reach}** ({len(ids)}): {what}")
+    return lines
+
+
+#: The phases of a target's processes (harness.jobs.results.PHASES) as the report heads them.
+_PHASE_HEADS = {
+    "start_up_s": "start-up",
+    "collection_s": "collection",
+    "import_s": "import",
+    "builds_s": "model builds",
+    "checks_s": "checks",
+}
+
+
+def _phase_section(targets: list[dict[str, Any]], report_s: float | None) -> list[str]:
+    """Where each target's time went: its processes' phases, and the wall time around them;
+    then the report's own."""
+    timed = [t for t in targets if t.get("phases")]
+    if not timed:
+        return []
+    lines = [
+        "",
+        "Where the time went (seconds; a target's processes summed over restarts, wall time as "
+        "the supervisor saw it):",
+        "",
+        "| target | " + " | ".join(_PHASE_HEADS.values()) + " | wall |",
+        "|---" * (len(_PHASE_HEADS) + 2) + "|",
+    ]
+    for t in timed:
+        phases = [f"{t['phases'].get(phase, 0.0):.1f}" for phase in _PHASE_HEADS]
+        wall = "" if t.get("wall_s") is None else f"{t['wall_s']:.1f}"
+        lines.append(f"| `{t['selector']}` | " + " | ".join(phases) + f" | {wall} |")
+    if report_s is not None:
+        lines += ["", f"Reading the results into this report: {report_s:.2f} s."]
     return lines
 
 

@@ -73,6 +73,19 @@ class TargetResults(TypedDict):
     checks: list[CheckResult]
     stale_deviations: list[str]
     build_timings: dict[str, dict[str, float]]
+    #: seconds per phase of the target's processes, summed over restarts (:data:`PHASES`)
+    phases: NotRequired[dict[str, float]]
+
+
+#: Fields of :class:`TargetResults` a results file may lack (the postponed annotations hide
+#: ``NotRequired`` from ``__required_keys__``).
+OPTIONAL_RESULTS_FIELDS = frozenset({"phases"})
+#: The phases of a target's pytest processes, in order: the interpreter and pytest starting (from
+#: the supervisor's start of the process, :data:`STARTED_AT_ENV`), collecting the checks,
+#: importing the implementation, building the models, and the checks themselves (the rest).
+PHASES = ("start_up_s", "collection_s", "import_s", "builds_s", "checks_s")
+#: The wall-clock time (``time.time()``) at which the supervisor started a target's process.
+STARTED_AT_ENV = "NEMOTRON_VL_STARTED_AT"
 
 
 class IncidentKind(enum.StrEnum):
@@ -109,6 +122,7 @@ class Report(TypedDict):
     command: str
     targets: list[dict[str, Any]]
     checks: list[dict[str, Any]]
+    report_s: NotRequired[float]  # seconds to read every target's results into this report
 
 
 class ResultsError(ValueError):
@@ -129,7 +143,7 @@ def read_results(path: Path) -> TargetResults:
             f"{path}: schema_version: expected {SCHEMA_VERSION}, got {version!r} (written by "
             "another version of the harness)"
         )
-    missing = sorted(set(TargetResults.__annotations__) - set(data))
+    missing = sorted(set(TargetResults.__annotations__) - OPTIONAL_RESULTS_FIELDS - set(data))
     if missing:
         raise ResultsError(f"{path}: expected the fields {missing}, got {sorted(data)}")
     known = {o.value for o in Outcome}

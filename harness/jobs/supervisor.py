@@ -42,6 +42,7 @@ from pathlib import Path
 from types import FrameType
 
 from harness.jobs.results import (
+    STARTED_AT_ENV,
     Incident,
     IncidentKind,
     Outcome,
@@ -357,6 +358,7 @@ class Supervisor:
         proc = subprocess.Popen(
             self._command(resume),
             cwd=self.cwd,
+            env={**os.environ, STARTED_AT_ENV: repr(time.time())},  # its start-up, measured
             start_new_session=True,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,

@@ -11,13 +11,17 @@ rest, and ``--stopped-checks FILE`` records the checks a fault stopped in an ear
 
 from __future__ import annotations
 
+import os
+import time
 from pathlib import Path
 
 import pytest
 
 from harness.checkpoints.serving import DEFAULT_SERVING, ServingConfig
 from harness.jobs.results import (
+    PHASES,
     SCHEMA_VERSION,
+    STARTED_AT_ENV,
     CheckResult,
     Outcome,
     ResultsError,
@@ -150,6 +154,11 @@ class ResultsRecorder:
         self.results: dict[str, CheckResult] = {}
         self.build_timings: dict[str, dict[str, float]] = {}
         self.identity: dict[str, object] | None = None  # hashed once, written after every check
+        # Where this process's time goes (PHASES), added to what earlier processes spent.
+        self.configured_at = time.time()
+        self.collection_started: float | None = None
+        self.collection_finished: float | None = None
+        self.earlier_phases: dict[str, float] = {}
         if config.getoption("--resume") and self.path.is_file():
             try:
                 earlier = read_results(self.path)
@@ -157,6 +166,7 @@ class ResultsRecorder:
                 raise pytest.UsageError(f"--resume: {e}") from e
             self.results = {check["id"]: check for check in earlier["checks"]}
             self.build_timings = dict(earlier["build_timings"])
+            self.earlier_phases = dict(earlier.get("phases") or {})
         self.stopped: dict[str, StoppedCheck] = {}
         if config.getoption("--stopped-checks"):
             try:
@@ -204,8 +214,39 @@ class ResultsRecorder:
             items[:] = [item for item in items if item not in done]
             config.hook.pytest_deselected(items=done)
 
+    def pytest_collection(self, session: pytest.Session) -> None:
+        self.collection_started = time.time()
+
     def pytest_collection_finish(self, session: pytest.Session) -> None:
+        self.collection_finished = time.time()
         self.write(exit_status=None, complete=False)
+
+    def phases(self, timings: dict[str, dict[str, float]]) -> dict[str, float]:
+        """Seconds per phase (:data:`PHASES`) of this process so far, plus earlier ones'."""
+        now = time.time()
+        started = os.environ.get(STARTED_AT_ENV)
+        try:
+            start_up = self.configured_at - float(started) if started else 0.0
+        except ValueError:
+            start_up = 0.0
+        collecting = (self.collection_finished or now) - (self.collection_started or now)
+        imported = sum(
+            steps.get("import_s", 0.0) for what, steps in timings.items() if what == "import"
+        )
+        built = sum(
+            value for what, steps in timings.items() if what != "import" for value in steps.values()
+        )
+        running = now - self.collection_finished if self.collection_finished else 0.0
+        ours = {
+            "start_up_s": max(start_up, 0.0),
+            "collection_s": max(collecting, 0.0),
+            "import_s": imported,
+            "builds_s": built,
+            "checks_s": max(running - imported - built, 0.0),
+        }
+        return {
+            phase: round(ours[phase] + self.earlier_phases.get(phase, 0.0), 2) for phase in PHASES
+        }
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if report.nodeid not in self.check_ids:
@@ -270,5 +311,6 @@ class ResultsRecorder:
             checks=sorted(self.results.values(), key=lambda r: r["id"]),
             stale_deviations=stale_deviations(self.config) if self.check_ids else [],
             build_timings=self.build_timings | dict(target.timings),
+            phases=self.phases(dict(target.timings)),
         )
         write_results(self.path, payload)

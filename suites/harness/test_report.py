@@ -128,6 +128,15 @@ def test_runner_writes_the_report_and_exits_0_on_reference(tmp_path):
     assert report["targets"][0]["summary"]["pass"] == 12
     assert (tmp_path / "conformance.md").read_text().startswith("# Nano-Nemotron VL conformance")
     assert (tmp_path / "junit-reference.xml").is_file()
+    # Where the time went: every phase measured, within the wall time the supervisor saw.
+    target = report["targets"][0]
+    phases = target["phases"]
+    assert phases["start_up_s"] > 0  # the interpreter and pytest, from the supervisor's start
+    assert phases["builds_s"] > 0  # the reference's model of the default variant
+    assert phases["checks_s"] > 0
+    assert sum(phases.values()) <= target["wall_s"] + 0.5
+    assert report["report_s"] >= 0
+    assert "| `reference` | " in (tmp_path / "conformance.md").read_text()
 
 
 def test_runner_exits_2_when_a_target_cannot_load(tmp_path):
@@ -305,6 +314,9 @@ def test_resume_keeps_finished_checks_and_runs_the_rest(tmp_path):
     assert f"{len(ids) - 1} passed, " in second.output
     resumed = read_results(path)
     assert resumed["complete"]
+    # The second process's phases add to the first's.
+    for phase, seconds in document["phases"].items():
+        assert resumed["phases"][phase] >= seconds, phase
     assert {c["id"]: c["outcome"] for c in resumed["checks"]} == {
         ids[0]: "fail",
         **{i: "pass" for i in ids[1:]},
