@@ -1,12 +1,14 @@
 """The main job: run the conformance suites against each target and write one report.
 
-    nemotron-vl-conformance [--target T ...] [--device cpu|cuda] [--out reports]
+    nemotron-vl-conformance [--target T ...] [--device cpu|cuda] [--out reports] [--jobs N]
                             [-- extra pytest arguments]
 
 Without ``--target``, every available target runs: ``reference``, and ``vllm`` when vLLM is
 installed. Each target runs in its own pytest process (a ``vllm-file:`` target replaces modules
 in ``sys.modules``, so targets never share a process), writing JUnit XML and per-check results;
-the report merges them into ``<out>/conformance.md`` and ``.json``.
+the report merges them into ``<out>/conformance.md`` and ``.json``. The targets run side by side,
+as many at once as there are cores (``--jobs N``; 1: one after the other); each line of their
+output then starts with the target's name.
 
 Each process is supervised (:mod:`harness.jobs.supervisor`): a check has a time limit
 (``--check-timeout SECONDS``), the process group a memory limit (``--memory-limit GIB``); a check
@@ -22,9 +24,11 @@ crashed, restarts that ran out, an interrupted run.
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import shlex
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from importlib import metadata
 from pathlib import Path
 
@@ -177,10 +181,24 @@ def main(argv: list[str] | None = None) -> int:
         f"check seen, at least {DERIVED_LIMIT_FLOOR_S:g} s and at most --check-timeout "
         f"(default: {DEFAULT_DERIVED_LIMIT_FACTOR:g})",
     )
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=None,
+        metavar="N",
+        help="targets run at the same time, each in its own supervised processes (default: "
+        "as many as there are targets and cores)",
+    )
     try:
         args = parser.parse_args(argv)
     except SystemExit as e:
         return 0 if e.code == 0 else 2
+    if args.jobs is not None and args.jobs < 1:
+        print(
+            f"nemotron-vl-conformance: error: --jobs: expected at least 1, got {args.jobs}",
+            file=sys.stderr,
+        )
+        return 2
     try:
         limits = Limits(
             args.check_timeout, args.memory_limit, args.max_restarts, args.derived_limit_factor
@@ -200,16 +218,20 @@ def main(argv: list[str] | None = None) -> int:
     targets = args.targets or available_targets()
     out_dir = args.out.resolve()
     out_dir.mkdir(parents=True, exist_ok=True)
-    runs: list[TargetRun] = []
+    jobs = args.jobs or max(1, min(len(targets), os.cpu_count() or 1))
     # Every target's processes, restarts included, read the checkpoint folders written once.
     with shared_folders(), Interrupt().installed() as interrupt:
-        for selector in targets:
+
+        def run(selector: str) -> TargetRun:
             if interrupt:
-                runs.append(
-                    TargetRun(selector, 2, None, problem="not run: the run was interrupted")
-                )
-                continue
-            runs.append(run_target(selector, args.device, out_dir, extra, limits, interrupt))
+                return TargetRun(selector, 2, None, problem="not run: the run was interrupted")
+            label = selector if jobs > 1 else ""  # interleaved output says whose it is
+            return run_target(selector, args.device, out_dir, extra, limits, interrupt, label)
+
+        # The targets' processes are independent: side by side they share the cores, and the
+        # results are the same as one after the other.
+        with ThreadPoolExecutor(max_workers=jobs) as pool:
+            runs = list(pool.map(run, targets))
     command = "nemotron-vl-conformance " + shlex.join(argv + (["--", *extra] if extra else []))
     report = build_report(runs, command=command.strip())
     json_path, md_path = write_report(report, out_dir)

@@ -23,7 +23,7 @@ from harness.jobs.results import (
     write_stopped_checks,
 )
 from harness.jobs.supervisor import Supervised
-from suites.harness.helpers import ROOT, validate
+from suites.harness.helpers import ROOT, needs_vllm, validate
 
 
 def results(name, *checks):
@@ -137,6 +137,52 @@ def test_runner_writes_the_report_and_exits_0_on_reference(tmp_path):
     assert sum(phases.values()) <= target["wall_s"] + 0.5
     assert report["report_s"] >= 0
     assert "| `reference` | " in (tmp_path / "conformance.md").read_text()
+
+
+def _main_job(out, *args):
+    return subprocess.run(
+        [sys.executable, "-m", "harness.jobs.conformance", "--out", str(out), *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+
+@needs_vllm
+@pytest.mark.vllm
+def test_targets_side_by_side_give_the_results_they_give_one_after_the_other(tmp_path):
+    """The main job runs its targets at the same time (--jobs, by default one per target up to
+    the cores): every check's outcome is the one a sequential run gives, and each line of the
+    interleaved output says whose it is."""
+    selection = ["--", "-k", "pass_through_verbatim or connector"]
+    targets = ["--target", "reference", "--target", "vllm"]
+    together = _main_job(tmp_path / "together", *targets, "--jobs", "2", *selection)
+    apart = _main_job(tmp_path / "apart", *targets, "--jobs", "1", *selection)
+    assert together.returncode == apart.returncode == 0, together.stdout[-3000:]
+
+    def outcomes(out):
+        report = json.loads((out / "conformance.json").read_text())
+        validate(report, REPORT_SCHEMA)
+        return {
+            (selector, check["id"]): result["outcome"]
+            for check in report["checks"]
+            for selector, result in check["results"].items()
+            if result
+        }
+
+    assert outcomes(tmp_path / "together") == outcomes(tmp_path / "apart")
+    assert len(outcomes(tmp_path / "apart")) >= 20
+    lines = together.stdout.splitlines()
+    assert any(line.startswith("[vllm] ") for line in lines)
+    assert any(line.startswith("[reference] ") for line in lines)
+    assert not any(line.startswith("[vllm] ") for line in apart.stdout.splitlines())
+
+
+def test_a_bad_jobs_count_is_refused_naming_it(tmp_path):
+    proc = _main_job(tmp_path, "--target", "reference", "--jobs", "0")
+    assert proc.returncode == 2
+    assert "--jobs: expected at least 1, got 0" in proc.stderr
 
 
 def test_runner_exits_2_when_a_target_cannot_load(tmp_path):
