@@ -11,10 +11,11 @@ per path are run through both; each item's rows are measured as the parity check
 its rows come in another dtype than the one served: pinned deviations of the installed vLLM)
 gets no samples, and the reason is written instead: its checks keep the analytic ceiling.
 
-``--check-seeds A-B`` then runs the request catalogue's parity forms and the connector on
-weights drawn from seeds the calibration never saw, judged by the derived bounds exactly as
-the checks judge them, and reports each path's largest error against its bound and every
-failure: the proof that the bounds do not fail an honest target.
+``--check-seeds A-B`` then runs the request catalogue's parity forms and the connector on weights
+drawn from seeds the calibration never saw, judged by the derived bounds exactly as the checks
+judge them, and reports each path's largest error against its bound and every failure: the
+proof that the bounds do not fail an honest target. ``--check-only`` judges the committed table
+so, without calibrating.
 
 Each folder is written into a temporary folder removed after its seed: thousands of folders are
 drawn, and kept they would fill a disk.
@@ -49,6 +50,7 @@ from harness.oracles.bounds import (
     CalibrationTable,
     Statistic,
     cell_key,
+    committed_table,
     dtype_name,
     error_statistics,
     parse_table,
@@ -414,22 +416,32 @@ def main(argv: list[str] | None = None) -> int:
         type=_seeds,
         help="then judge the catalogue on these weight seeds by the new bounds (e.g. 100-119)",
     )
+    parser.add_argument(
+        "--check-only",
+        action="store_true",
+        help="calibrate nothing: judge the committed table on --check-seeds",
+    )
     args = parser.parse_args(argv)
     unknown = sorted(set(args.paths) - {*DRAWN_PATHS, "connector"})
     if unknown:
         parser.error(f"--paths: expected among {[*DRAWN_PATHS, 'connector']}, got {unknown}")
     if args.draws < 1:
         parser.error(f"--draws: expected at least 1, got {args.draws}")
+    if args.check_only and (args.check_seeds is None or args.write or args.out):
+        parser.error("--check-only: expected --check-seeds, and neither --write nor --out")
     target = resolve_target(args.target)
     target.load()
-    samples = calibrate(target, args.seeds, args.draws, list(args.paths))
-    data = table_json(samples, target, args.seeds, args.draws)
-    table = parse_table(data, "the new calibration")
-    out = CALIBRATION_TABLE if args.write else args.out
-    if out is not None:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(data, indent=1) + "\n")
-        print(f"wrote {out}", file=sys.stderr)
+    if args.check_only:
+        table = committed_table()
+    else:
+        samples = calibrate(target, args.seeds, args.draws, list(args.paths))
+        data = table_json(samples, target, args.seeds, args.draws)
+        table = parse_table(data, "the new calibration")
+        out = CALIBRATION_TABLE if args.write else args.out
+        if out is not None:
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_text(json.dumps(data, indent=1) + "\n")
+            print(f"wrote {out}", file=sys.stderr)
     report = [f"# Parity bounds of {target.name}", "", bounds_markdown(table)]
     failed = False
     if args.check_seeds is not None:

@@ -3,23 +3,18 @@ the committed bounds pass vLLM on a weight seed the calibration never saw."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+
 import pytest
 import torch
 
 from harness.checkpoints.spec import ModelSpec
-from harness.jobs.calibrate import (
-    CALIBRATION_SEEDS,
-    CHECK_SEEDS,
-    NOT_SERVED,
-    calibrate,
-    check_bounds,
-    main,
-    table_json,
-)
+from harness.jobs.calibrate import CALIBRATION_SEEDS, CHECK_SEEDS, main
 from harness.oracles.bounds import cell_key, parse_table
 from harness.oracles.parity import BF16_BOUND
-from harness.targets.reference.target import ReferenceTarget
-from suites.harness.helpers import needs_vllm
+from suites.harness.helpers import ROOT, needs_vllm
 
 
 def test_the_suites_calibration_and_check_seeds_never_overlap():
@@ -35,6 +30,7 @@ def test_the_suites_calibration_and_check_seeds_never_overlap():
         (["--seeds", "x"], "expected seeds as A-B or A, got 'x'"),
         (["--paths", "image-sideways"], "--paths: expected among"),
         (["--draws", "0"], "--draws: expected at least 1, got 0"),
+        (["--check-only"], "--check-only: expected --check-seeds"),
     ],
 )
 def test_bad_arguments_are_refused_naming_them(argv, words, capsys):
@@ -44,33 +40,53 @@ def test_bad_arguments_are_refused_naming_them(argv, words, capsys):
     assert words in capsys.readouterr().err
 
 
-def test_the_reference_against_itself_measures_nothing_in_fp32():
+def _calibrate(*args: str) -> subprocess.CompletedProcess[str]:
+    """``nemotron-vl-calibrate ARGS`` in a process of its own: building models initialises
+    torch's thread pools (and vLLM's runtime), which a test process that later forks suite
+    runs must not carry into its children."""
+    return subprocess.run(
+        [sys.executable, "-m", "harness.jobs.calibrate", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+
+
+def test_the_reference_against_itself_measures_nothing_in_fp32(tmp_path):
     """The reference served in fp32 is the oracle itself: every sample 0 (a calibration that
     measured anything there would be measuring the harness, not a target). Served in bf16 it
     computes in bf16 and measures its own rounding, below the analytic ceiling."""
-    samples = calibrate(ReferenceTarget(), range(1, 2), 1, ["connector"], log=False)
+    out = tmp_path / "table.json"
+    args = ["--target", "reference", "--seeds", "1", "--draws", "1", "--paths", "connector"]
+    done = _calibrate(*args, "--out", str(out))
+    assert done.returncode == 0, done.stderr[-3000:]
+    cells = json.loads(out.read_text())["cells"]
     for saved in ("bfloat16", "float32"):  # --dtype auto is fp32 for the reference
-        assert set(samples.cells[cell_key("connector", "float32", saved)]["global"]) == {0.0}
-    bf16 = samples.cells[cell_key("connector", "bfloat16", "float32")]["global"]
+        assert set(cells[cell_key("connector", "float32", saved)]["global"]) == {0.0}
+    bf16 = cells[cell_key("connector", "bfloat16", "float32")]["global"]
     assert 0 < bf16[0] < BF16_BOUND
 
 
 @needs_vllm
 @pytest.mark.vllm
-def test_vllm_is_calibrated_where_it_serves_and_says_why_where_it_does_not():
-    from harness.targets.vllm import VllmTarget
-
-    target = VllmTarget()
-    samples = calibrate(target, range(1, 2), 1, ["image-static"], log=False)
+def test_vllm_is_calibrated_where_it_serves_and_says_why_where_it_does_not(tmp_path):
+    out = tmp_path / "table.json"
+    args = ["--target", "vllm", "--seeds", "1", "--draws", "1", "--paths", "image-static"]
+    done = _calibrate(*args, "--out", str(out))
+    assert done.returncode == 0, done.stderr[-3000:]
+    data = json.loads(out.read_text())
     # One image request drawn (one or two images): one or two samples in the default cell.
-    cell = samples.cells[cell_key("image-static", "bfloat16", "bfloat16")]
+    cell = data["cells"][cell_key("image-static", "bfloat16", "bfloat16")]
     assert 1 <= len(cell["global"]) <= 2
     assert all(0 < e < BF16_BOUND for e in cell["global"])
+    assert data["about"]["vllm"].startswith("vllm ")
     # vLLM 0.33.0 builds the towers in the saved dtype, not the served one (a pinned deviation:
     # fixtures/deviations/vllm.toml): served fp16 from a bf16 folder, the request fails.
-    why = samples.not_calibrated[cell_key("image-static", "float16", "bfloat16")]
+    why = data["not_calibrated"][cell_key("image-static", "float16", "bfloat16")]
     assert "c10::Half != c10::BFloat16" in why
-    table = parse_table(table_json(samples, target, range(1, 2), 1), "new")
+    table = parse_table(data, "new")
     assert table.bounds("image-static", torch.float16, "bfloat16").source.startswith(
         "not calibrated: vllm fails the path"
     )
@@ -78,14 +94,15 @@ def test_vllm_is_calibrated_where_it_serves_and_says_why_where_it_does_not():
 
 @needs_vllm
 @pytest.mark.vllm
-def test_the_committed_bounds_pass_vllm_on_an_unseen_seed():
-    from harness.targets.vllm import VllmTarget
-
-    checks = check_bounds(VllmTarget(), range(CHECK_SEEDS.stop, CHECK_SEEDS.stop + 1))
-    judged = {path: c for path, c in checks.items() if path != NOT_SERVED}
-    assert {"image-static", "video-t1", "audio-hop-160", "connector"} <= set(judged)
-    failures = [f for c in judged.values() for f in c.failures]
-    assert not failures, failures
+def test_the_committed_bounds_pass_vllm_on_an_unseen_seed(tmp_path):
+    seed = str(CHECK_SEEDS.stop)
+    report = tmp_path / "check.md"
+    done = _calibrate("--check-only", "--check-seeds", seed, "--report", str(report))
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    text = report.read_text()
+    rows = {line.split(" | ")[0].lstrip("| "): line for line in text.splitlines()}
+    for path in ("image-static", "video-t1", "audio-hop-160", "connector"):
+        assert rows[path].endswith("| 0 |"), rows[path]  # judged, no failure
     # The forms vLLM fails for a pinned cause are listed, not judged.
-    assert any("images-array" in f for f in checks[NOT_SERVED].failures)
+    assert "- images-array: not judged, a pinned deviation" in text
     assert ModelSpec().checkpoint_dtype == "bfloat16"

@@ -6,13 +6,15 @@ score's merge on runs files split as the shards would write them."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from harness.mutation.shards import Shard, ShardError, check_complete, parse_shard
-from suites.harness.helpers import needs_vllm
+from suites.harness.helpers import ROOT, needs_vllm
 
 
 def test_a_shard_takes_every_nth_item_from_its_own():
@@ -82,28 +84,44 @@ def _timeless(matrix: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _kill_matrix(out: Path, *args: str) -> dict[str, Any]:
+    """``nemotron-vl-kill-matrix`` on the selection, in a process of its own (it forks its
+    suite runs: a test process that built vLLM models before must not be their parent)."""
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "harness.mutation.matrix",
+            "--only",
+            *MATRIX_MUTANTS,
+            "--suites",
+            *MATRIX_SUITES,
+            "--out",
+            str(out),
+            *args,
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return json.loads(out.with_suffix(".json").read_text())
+
+
 @needs_vllm
 @pytest.mark.vllm
 @pytest.mark.slow
 def test_a_merged_kill_matrix_is_the_unsharded_one(tmp_path):
-    from harness.mutation.corpus import load_corpus
-    from harness.mutation.matrix import merge_matrices, run_matrix
+    from harness.mutation.matrix import main
 
-    records = load_corpus()
-
-    def matrix(shard: Shard) -> dict[str, Any]:
-        return run_matrix(
-            records,
-            tmp_path / str(shard.index) / str(shard.count),
-            suites=MATRIX_SUITES,
-            only=MATRIX_MUTANTS,
-            shard=shard,
-        )
-
-    whole = matrix(Shard(1, 1))
-    parts = [matrix(Shard(k, 2)) for k in (1, 2)]
+    whole = _kill_matrix(tmp_path / "whole")
+    parts = [_kill_matrix(tmp_path / f"shard-{k}", "--shard", f"{k}/2") for k in (1, 2)]
     assert [len(p["mutants"]) for p in parts] == [2, 1]
-    merged = merge_matrices(parts[::-1], ["shard-2.json", "shard-1.json"], records)
+    shard_files = [str(tmp_path / f"shard-{k}.json") for k in (2, 1)]  # any order
+    assert main(["--merge", *shard_files, "--out", str(tmp_path / "merged")]) == 0
+    merged = json.loads((tmp_path / "merged.json").read_text())
     assert whole["summary"]["killed"] == len(MATRIX_MUTANTS)  # the run proves something
     assert _timeless(merged) == _timeless(whole)
     assert merged["wall_s"] == pytest.approx(sum(p["wall_s"] for p in parts), abs=0.2)
