@@ -38,7 +38,14 @@ from harness.jobs.results import replace_text
 from harness.mutation.corpus import CorpusError, CorpusMutant, Record, load_corpus
 from harness.mutation.file_mutants import MutationError, write_mutant
 from harness.mutation.runner import SuiteJob, SuiteRun, preload, run_many
-from harness.mutation.shards import WHOLE, Shard, ShardError, check_complete, parse_shard
+from harness.mutation.shards import (
+    WHOLE,
+    Shard,
+    ShardError,
+    add_shard_options,
+    check_complete,
+    parse_shard,
+)
 
 SUITES = ("suites/conformance",)
 DEFAULT_OUT = ROOT / "reports" / "mutants"
@@ -311,16 +318,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--only", nargs="*", default=[], help="mutant names to run")
     parser.add_argument("--suites", nargs="*", default=list(SUITES), help="suites to run")
-    parser.add_argument(
-        "--shard", default="1/1", help="run every N-th mutant from the K-th: K/N (default 1/1)"
-    )
-    parser.add_argument(
-        "--merge",
-        nargs="+",
-        type=Path,
-        metavar="SHARD_JSON",
-        help="merge these shards' mutants.json into --out instead of running",
-    )
+    add_shard_options(parser, "mutant", "mutants.json (into --out)", "SHARD_JSON")
     args = parser.parse_args(argv)
     if args.parallel < 1:
         parser.error(f"--parallel: expected a positive number, got {args.parallel}")

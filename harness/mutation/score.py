@@ -49,7 +49,14 @@ from harness.checkpoints.cache import shared_folders
 from harness.jobs.results import replace_text
 from harness.mutation.ast_mutants import COVERED, AstMutant, candidates, sample, write_mutant_file
 from harness.mutation.runner import SuiteJob, SuiteRun, preload, run_many
-from harness.mutation.shards import WHOLE, Shard, ShardError, check_complete, parse_shard
+from harness.mutation.shards import (
+    WHOLE,
+    Shard,
+    ShardError,
+    add_shard_options,
+    check_complete,
+    parse_shard,
+)
 
 REPORT = ROOT / "reports" / "mutation"
 RUNS_FILE = ROOT / "reports" / "mutation-runs.jsonl"
@@ -340,16 +347,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--recheck", action="store_true", help="run the survivors against every suite"
     )
-    parser.add_argument(
-        "--shard", default="1/1", help="run every N-th sampled mutant from the K-th: K/N"
-    )
-    parser.add_argument(
-        "--merge",
-        nargs="+",
-        type=Path,
-        metavar="RUNS_JSONL",
-        help="the shards' runs files: write the one report of the whole sample from them",
-    )
+    add_shard_options(parser, "sampled mutant", "runs files", "RUNS_JSONL")
     parser.add_argument("--out", type=Path, help="report path without suffix")
     args = parser.parse_args(argv)
     if args.sample < 1 or args.parallel < 1:

@@ -9,9 +9,11 @@ file's slow mutants.
 
 from __future__ import annotations
 
+import argparse
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TypeVar
 
 T = TypeVar("T")
@@ -77,3 +79,20 @@ def check_complete(shards: Sequence[str], where: Sequence[str]) -> int:
             + ", ".join(f"{i}/{count}" for i in missing)
         )
     return count
+
+
+def add_shard_options(
+    parser: argparse.ArgumentParser, items: str, merged: str, metavar: str
+) -> None:
+    """``--shard K/N`` (every N-th of ``items`` from the K-th) and ``--merge FILE ...`` (the
+    shards' ``merged`` files, put back together instead of running) on a sweep's command."""
+    parser.add_argument(
+        "--shard", default="1/1", help=f"run every N-th {items} from the K-th: K/N (default 1/1)"
+    )
+    parser.add_argument(
+        "--merge",
+        nargs="+",
+        type=Path,
+        metavar=metavar,
+        help=f"the shards' {merged}: write the one report of the whole sweep from them",
+    )
