@@ -57,7 +57,7 @@ from harness.oracles.bounds import (
 )
 from harness.oracles.rows import EMBEDDING_TABLE, ItemErrors, judge, measure_items
 from harness.targets import resolve_target
-from harness.targets.base import MultimodalModel, Target
+from harness.targets.base import MultimodalModel, Target, TargetLoadError, TargetUnavailable
 from harness.targets.reference.target import ReferenceTarget
 
 CPU = torch.device("cpu")
@@ -429,8 +429,12 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--draws: expected at least 1, got {args.draws}")
     if args.check_only and (args.check_seeds is None or args.write or args.out):
         parser.error("--check-only: expected --check-seeds, and neither --write nor --out")
-    target = resolve_target(args.target)
-    target.load()
+    try:
+        target = resolve_target(args.target)
+        target.load()
+    except (TargetLoadError, TargetUnavailable) as e:
+        print(f"nemotron-vl-calibrate: error: {e}", file=sys.stderr)
+        return 2
     if args.check_only:
         table = committed_table()
     else:

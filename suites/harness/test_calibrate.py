@@ -54,6 +54,11 @@ def _calibrate(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+def test_an_unknown_target_is_refused_naming_it(capsys):
+    assert main(["--target", "bogus"]) == 2
+    assert "--target: expected one of reference, vllm" in capsys.readouterr().err
+
+
 def test_the_reference_against_itself_measures_nothing_in_fp32(tmp_path):
     """The reference served in fp32 is the oracle itself: every sample 0 (a calibration that
     measured anything there would be measuring the harness, not a target). Served in bf16 it
