@@ -24,9 +24,12 @@ import json
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import torch
+
+if TYPE_CHECKING:
+    from harness.checkpoints.spec import CheckpointDtype
 
 #: ``--dtype`` values: "auto" serves in the checkpoint's ``torch_dtype``.
 DTYPES: dict[str, torch.dtype | None] = {
@@ -230,7 +233,7 @@ DEFAULT_SERVING = ServingConfig()
 #: (the dtype a folder is saved in, the configuration): a bf16 checkpoint served as every other
 #: check serves it, in fp16 and in fp32; an fp32 checkpoint served with ``auto`` and in each
 #: dtype. The served-dtype checks run the non-default ones; the parity calibration all of them.
-DTYPE_CASES: tuple[tuple[str, ServingConfig], ...] = (
+DTYPE_CASES: tuple[tuple[CheckpointDtype, ServingConfig], ...] = (
     ("bfloat16", DEFAULT_SERVING),
     ("bfloat16", ServingConfig(dtype="float16")),
     ("bfloat16", ServingConfig(dtype="float32")),

@@ -31,6 +31,8 @@ AUTO_CONFIG = f"{CONFIG_MODULE.stem}.NanoNemotronVLConfig"
 
 #: Static tiles per image when the engine is not told otherwise (vLLM's and the reference's).
 DEFAULT_MAX_NUM_TILES = 12
+#: The name of a dtype a checkpoint folder can be saved in.
+CheckpointDtype = Literal["bfloat16", "float32"]
 #: The dtypes a checkpoint folder can be saved in (``ModelSpec.checkpoint_dtype``).
 CHECKPOINT_DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32}
 _CHANGED_FIELD_SLUGS = (
@@ -62,7 +64,7 @@ class ModelSpec:
     quantization: Literal["none", "fp8"] = "none"  # "fp8": see writer.fp8_checkpoint
     # The dtype the folder's weights are saved in (its config's ``torch_dtype``): vLLM's
     # ``--dtype auto`` serves a bf16 folder in bf16, an fp32 one in its platform's half precision.
-    checkpoint_dtype: Literal["bfloat16", "float32"] = "bfloat16"
+    checkpoint_dtype: CheckpointDtype = "bfloat16"
     # A serving option, not a checkpoint field: the engine-level limit of static tiles per
     # image (vLLM's processor option `max_num_tiles`, default 12), see `processor_options`.
     max_num_tiles: int = DEFAULT_MAX_NUM_TILES

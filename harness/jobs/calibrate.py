@@ -106,13 +106,27 @@ class Models:
     served: torch.dtype
 
 
-def _built(target: Target, spec: ModelSpec, folder: Path, serving: ServingConfig) -> Models:
-    from reference_impl.checkpoint import read_weights
+@dataclass
+class Reference:
+    """The reference's model of one drawn folder (fp32), and the folder's token embeddings."""
 
+    model: MultimodalModel
+    embedding_table: torch.Tensor
+
+    @classmethod
+    def of(cls, spec: ModelSpec, folder: Path) -> Reference:
+        from reference_impl.checkpoint import read_weights
+
+        model, _ = ReferenceTarget().build_model(spec, folder, CPU, DEFAULT_SERVING)
+        return cls(model, read_weights(folder)[EMBEDDING_TABLE])
+
+
+def _built(
+    target: Target, spec: ModelSpec, folder: Path, serving: ServingConfig, reference: Reference
+) -> Models:
     model, _ = target.build_model(spec, folder, CPU, serving)
-    reference, _ = ReferenceTarget().build_model(spec, folder, CPU, DEFAULT_SERVING)
     served = serving.torch_dtype() or model.input_dtype
-    return Models(model, reference, read_weights(folder)[EMBEDDING_TABLE], served)
+    return Models(model, reference.model, reference.embedding_table, served)
 
 
 def _reason(exc: BaseException) -> str:
@@ -133,10 +147,6 @@ class Samples:
             cell[statistic].append(float(f"{errors[statistic]:.5g}"))
 
 
-def _case_name(saved: str, serving: ServingConfig) -> str:
-    return f"saved {saved}, --dtype {serving.dtype}"
-
-
 def calibrate(
     target: Target,
     seeds: range,
@@ -145,9 +155,11 @@ def calibrate(
     log: bool = True,
 ) -> Samples:
     """Samples of every path in ``paths`` (and ``connector``) in every served-dtype case, over
-    weights drawn from ``seeds`` and ``draws`` requests per seed."""
+    weights drawn from ``seeds`` and ``draws`` requests per seed. Each folder is drawn, and the
+    reference built on it, once per seed and saved dtype; a case the target cannot build, or
+    whose cells it failed already, is not tried again."""
     samples = Samples()
-    failed: set[tuple[str, str]] = set()  # (spec slug, case) the target cannot build
+    unbuildable: set[tuple[ModelSpec, ServingConfig]] = set()
     specs: dict[ModelSpec, list[str]] = {}
     for path in paths:
         spec = ModelSpec() if path == "connector" else DRAWN_PATHS[path].spec
@@ -155,30 +167,38 @@ def calibrate(
     for seed in seeds:
         start = time.perf_counter()
         for base, spec_paths in specs.items():
-            for saved, serving in DTYPE_CASES:
-                spec = dataclasses.replace(base, checkpoint_dtype=saved)  # type: ignore[arg-type]
-                case = _case_name(saved, serving)
-                if (base.slug, case) in failed or all(
-                    cell_key(path, served, saved) in samples.not_calibrated
-                    for path in spec_paths
-                    for served in _served_names(serving, saved)
-                ):
+            for saved in dict.fromkeys(saved for saved, _ in DTYPE_CASES):
+                spec = dataclasses.replace(base, checkpoint_dtype=saved)
+                cases = [
+                    serving
+                    for case_saved, serving in DTYPE_CASES
+                    if case_saved == saved
+                    and (spec, serving) not in unbuildable
+                    and not all(
+                        cell_key(path, served, saved) in samples.not_calibrated
+                        for path in spec_paths
+                        for served in _served_names(serving, saved)
+                    )
+                ]
+                if not cases:
                     continue
                 with drawn_folder(spec, seed) as folder:
-                    target.forget_models()
-                    try:
-                        models = _built(target, spec, folder, serving)
-                    except Exception as exc:
-                        failed.add((base.slug, case))
+                    reference = Reference.of(spec, folder)
+                    for serving in cases:
+                        target.forget_models()
+                        try:
+                            models = _built(target, spec, folder, serving, reference)
+                        except Exception as exc:
+                            unbuildable.add((spec, serving))
+                            why = f"{target.name} cannot build it: {_reason(exc)}"
+                            for path in spec_paths:
+                                for served in _served_names(serving, saved):
+                                    samples.not_calibrated[cell_key(path, served, saved)] = why
+                            continue
                         for path in spec_paths:
-                            for served in _served_names(serving, saved):
-                                key = cell_key(path, served, saved)
-                                samples.not_calibrated[key] = f"{target.name} cannot build it: " + (
-                                    _reason(exc)
-                                )
-                        continue
-                    for path in spec_paths:
-                        _sample_path(samples, path, spec, seed, draws, models, saved, target.name)
+                            _sample_path(
+                                samples, path, spec, seed, draws, models, saved, target.name
+                            )
         if log:
             print(
                 f"seed {seed}: {time.perf_counter() - start:.1f} s, "
@@ -191,6 +211,8 @@ def calibrate(
 
 
 def _served_names(serving: ServingConfig, saved: str) -> list[str]:
+    """The dtypes ``serving`` may serve a folder saved in ``saved`` in: its ``--dtype``, or for
+    ``auto`` (the engine's choice, known only once built) bf16 or the saved dtype."""
     dtype = serving.torch_dtype()
     return [dtype_name(dtype)] if dtype is not None else ["bfloat16", saved]
 
@@ -326,7 +348,8 @@ def check_bounds(
         for spec, names in specs.items():
             with drawn_folder(spec, seed) as folder:
                 target.forget_models()
-                models = _built(target, spec, folder, DEFAULT_SERVING)
+                reference = Reference.of(spec, folder)
+                models = _built(target, spec, folder, DEFAULT_SERVING, reference)
                 for name in names:
                     _check_form(checks, name, spec, seed, models, table)
     return checks

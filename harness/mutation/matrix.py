@@ -44,7 +44,6 @@ from harness.mutation.shards import (
     ShardError,
     add_shard_options,
     check_complete,
-    parse_shard,
 )
 
 SUITES = ("suites/conformance",)
@@ -322,10 +321,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.parallel < 1:
         parser.error(f"--parallel: expected a positive number, got {args.parallel}")
-    try:
-        shard = parse_shard(args.shard)
-    except ShardError as e:
-        parser.error(str(e))
+    shard: Shard = args.shard
     try:
         records = load_corpus()
     except CorpusError as e:

@@ -55,7 +55,6 @@ from harness.mutation.shards import (
     ShardError,
     add_shard_options,
     check_complete,
-    parse_shard,
 )
 
 REPORT = ROOT / "reports" / "mutation"
@@ -352,10 +351,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.sample < 1 or args.parallel < 1:
         parser.error("--sample and --parallel: expected positive numbers")
-    try:
-        shard = parse_shard(args.shard)
-    except ShardError as e:
-        parser.error(str(e))
+    shard: Shard = args.shard
     everything = candidates()
     if args.merge:
         try:

@@ -87,7 +87,10 @@ def add_shard_options(
     """``--shard K/N`` (every N-th of ``items`` from the K-th) and ``--merge FILE ...`` (the
     shards' ``merged`` files, put back together instead of running) on a sweep's command."""
     parser.add_argument(
-        "--shard", default="1/1", help=f"run every N-th {items} from the K-th: K/N (default 1/1)"
+        "--shard",
+        type=_shard_argument,
+        default=WHOLE,
+        help=f"run every N-th {items} from the K-th: K/N (default 1/1)",
     )
     parser.add_argument(
         "--merge",
@@ -96,3 +99,10 @@ def add_shard_options(
         metavar=metavar,
         help=f"the shards' {merged}: write the one report of the whole sweep from them",
     )
+
+
+def _shard_argument(text: str) -> Shard:
+    try:
+        return parse_shard(text)
+    except ShardError as e:  # argparse names the option itself
+        raise argparse.ArgumentTypeError(str(e).removeprefix("--shard: ")) from None

@@ -176,7 +176,6 @@ def derive_bound(samples: Sequence[float], ceiling: float) -> Bound:
 class CellBounds:
     """A cell's bound per statistic, and where its samples came from."""
 
-    key: str
     bounds: Mapping[Statistic, Bound]
     source: str
 
@@ -205,10 +204,10 @@ class CalibrationTable:
             why = self.not_calibrated.get(key, "no calibration samples for this cell")
             source = f"not calibrated: {why}"
             ceiling_only = Bound(ceiling, f"analytic ceiling {ceiling:.3g} ({source})")
-            return CellBounds(key, dict.fromkeys(STATISTICS, ceiling_only), source)
+            return CellBounds(dict.fromkeys(STATISTICS, ceiling_only), source)
         derived = {s: derive_bound(cell[s], ceiling) for s in STATISTICS}
         source = f"calibrated on {self.about.get('vllm', 'vLLM')}: {len(cell['global'])} samples"
-        return CellBounds(key, derived, source)
+        return CellBounds(derived, source)
 
 
 def _field_error(where: str, field: str, expected: str, got: object) -> ValueError:
