@@ -7,8 +7,9 @@
     nox -s typecheck     mypy --strict on harness/, reference_impl/ and no_tensor_truthiness/
     nox -s fuzz          long hypothesis runs of the property checks
     nox -s mutants       the kill matrix: every corpus mutant against the suites (reports/mutants)
+    nox -s reach         which checks execute which lines of vLLM's model files (reports/)
     nox -s mutation      the mutation score over vLLM's model code (reports/mutation; resumable)
-    nox -s sweep         the kill matrix as one shard per core in parallel, merged (reports/mutants)
+    nox -s sweep         kill matrix and score as one shard per core in parallel, merged (reports/)
     nox -s bench         speed of the reference LM beside transformers (reports/benchmarks/)
     nox -s calibrate     the parity bounds from vLLM's measured error (fixtures/calibration/)
     nox -s gpu           every GPU check in the shared environment, with vLLM (GPU machines)
@@ -188,41 +189,76 @@ def calibrate(session: nox.Session) -> None:
     )
 
 
+def _parallel_shards(session: nox.Session, commands: list[list[str]]) -> None:
+    """Run one command per shard at once; fail the session when one could not run (exit
+    status 1 means it ran and found something: the merge reports it)."""
+    shards = [subprocess.Popen(c, env={**os.environ, **CPU_ENV}) for c in commands]
+    codes = [shard.wait() for shard in shards]
+    if any(code not in (0, 1) for code in codes):
+        session.error(f"a shard could not run: exit statuses {codes}")
+
+
 @nox.session(venv_backend="none")
 def sweep(session: nox.Session) -> None:
-    """The kill matrix as N shards in parallel processes on this machine (N: the cores, or
-    `-- N`), then merged into reports/mutants.{md,json}: what the mutation-sweep workflow does
-    across runners, each shard's files in reports/shards/. Arguments after N go to each shard,
-    e.g. `-- 2 --only NAME NAME`."""
+    """The kill matrix, then the mutation score, each as N shards in parallel processes on this
+    machine (N: the cores, or `-- N`), each merged: reports/mutants.{md,json} and
+    reports/mutation.{md,json}. What the mutation-sweep workflow does across runners: the
+    score's reach map is measured once before its shards (each shard's files in reports/shards/
+    and reports/mutation-runs-K-of-N.jsonl, run afresh). Arguments after N go to each shard of
+    the kill matrix, e.g. `-- 2 --only NAME NAME`; a matrix that is not green stops the session
+    before the score."""
     args = list(session.posargs)
     count = int(args.pop(0)) if args and args[0].isdigit() else (os.cpu_count() or 1)
-    script = str(Path(shared_python(session)).parent / "nemotron-vl-kill-matrix")
+    bin_dir = Path(shared_python(session)).parent
+    matrix = str(bin_dir / "nemotron-vl-kill-matrix")
     outs = [REPORTS / "shards" / f"mutants-{k}" for k in range(1, count + 1)]
     session.log(f"running {count} shards of the kill matrix in parallel")
-    shards = [
-        subprocess.Popen(
-            [script, "--shard", f"{k}/{count}", "--parallel", "1", "--out", str(out), *args],
-            env={**os.environ, **CPU_ENV},
-        )
-        for k, out in enumerate(outs, 1)
-    ]
-    codes = [shard.wait() for shard in shards]
-    if any(code not in (0, 1) for code in codes):  # 1: ran, not green; the merge says why
-        session.error(f"a shard could not run: exit statuses {codes}")
+    _parallel_shards(
+        session,
+        [
+            [matrix, "--shard", f"{k}/{count}", "--parallel", "1", "--out", str(out), *args]
+            for k, out in enumerate(outs, 1)
+        ],
+    )
     session.run(
-        script,
+        matrix,
         "--merge",
         *(str(out.with_suffix(".json")) for out in outs),
+        env=CPU_ENV,
+        external=True,
+    )
+    score = str(bin_dir / "nemotron-vl-mutation-score")
+    session.run(str(bin_dir / "nemotron-vl-reach"), env=CPU_ENV, external=True)
+    session.log(f"running {count} shards of the mutation score in parallel")
+    _parallel_shards(
+        session,
+        [
+            [score, "--shard", f"{k}/{count}", "--parallel", "1", "--fresh"]
+            for k in range(1, count + 1)
+        ],
+    )
+    session.run(
+        score,
+        "--merge",
+        *(str(REPORTS / f"mutation-runs-{k}-of-{count}.jsonl") for k in range(1, count + 1)),
         env=CPU_ENV,
         external=True,
     )
 
 
 @nox.session(venv_backend="none")
+def reach(session: nox.Session) -> None:
+    """The mutation score's reach map: the conformance suites against vLLM under coverage.py,
+    which checks execute which lines of the model's files (reports/mutation-reach.json)."""
+    command(session, "nemotron-vl-reach")
+
+
+@nox.session(venv_backend="none")
 def mutation(session: nox.Session) -> None:
-    """The mutation score: a seeded sample of 300 first-order mutants of the functions the
-    suites cover, each against its covering suites: reports/mutation.{md,json}. Outside CI
-    (about an hour on 2 cores); resumable: a second run skips the mutants already run.
+    """The mutation score: a seeded sample of 600 first-order mutants of every function of the
+    model's files, each against the checks that execute its line (the reach map, measured
+    under coverage.py when stale): reports/mutation.{md,json}. Outside CI (about an hour on 2
+    cores); resumable: a second run skips the mutants already run.
 
     Arguments after `--` go to `nemotron-vl-mutation-score`, e.g. `-- --fresh`.
     """

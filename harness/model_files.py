@@ -53,6 +53,8 @@ PROCESSOR_FILE = file_of(PROCESSOR_MODULE)
 RADIO_FILE = file_of(RADIO_MODULE)
 PARAKEET_FILE = file_of(PARAKEET_MODULE)
 NEMOTRON_H_FILE = file_of(NEMOTRON_H_MODULE)
+#: EVS (efficient video sampling): the helpers that prune a video's repeated patches.
+EVS_FILE = file_of("vllm.multimodal.video_prune.evs")
 #: Not the model's, but a regression mutant edits it: vLLM's LoRA adapter config.
 PEFT_HELPER_FILE = Path("vllm/lora/peft_helper.py")
 

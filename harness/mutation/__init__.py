@@ -3,6 +3,7 @@
 - ``file_mutants``: the corpus's hand-written faults (regressions put back into a copy of a
   model file; ``nemotron-vl-file-mutant NAME DIR`` writes one);
 - ``ast_mutants``: first-order mutants generated from the installed files;
+- ``reach``, ``reach_measure``: the score's scope, measured: which checks execute which lines;
 - ``corpus``: the regression corpus (``fixtures/corpus.toml``) and the checks each mutant must
   fail;
 - ``runner``: suite runs against mutated files, in forked processes;

@@ -1,10 +1,10 @@
-"""First-order mutants of named functions of vLLM's model files, from their syntax trees.
+"""First-order mutants of the functions of vLLM's model files, from their syntax trees.
 
-:data:`COVERED` lists, by name, the functions the conformance suites claim to cover and the
-suites that cover each. :func:`enumerate_mutants` walks one function's body and makes one mutant
-per applicable operator and site; each replaces exactly the source span of one node, so the rest
-of the file stays byte for byte what is installed. The operators (named as in mutmut and
-cosmic-ray):
+The functions are those of the mutation score's scope (:mod:`harness.mutation.reach`, which also
+measures which checks execute each line). :func:`enumerate_mutants` walks one function's body and
+makes one mutant per applicable operator and site; each replaces exactly the source span of one
+node, so the rest of the file stays byte for byte what is installed. The operators (named as in
+mutmut and cosmic-ray):
 
 - ``arithmetic``: ``+`` and ``-`` swapped, ``*`` and ``/`` swapped, ``//`` and ``%`` to ``*``;
 - ``comparison``: ``<`` and ``<=``, ``>`` and ``>=``, ``==`` and ``!=``, ``is`` and ``is not``,
@@ -31,134 +31,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.model_files import (
-    MODEL_FILE,
-    PARAKEET_FILE,
-    PROCESSOR_FILE,
-    RADIO_FILE,
-    installed_file,
-    write_mutated_copy,
-)
-
-_C = "suites/conformance/"
-#: The suites covering each concern, the quickest first (a mutant's run stops at its first
-#: failing check).
-SUITES_OF_CONCERN: dict[str, tuple[str, ...]] = {
-    "parsing": (f"{_C}test_contracts.py", f"{_C}test_passthrough.py", f"{_C}test_routing.py"),
-    "embedding": (
-        f"{_C}test_passthrough.py",
-        f"{_C}test_routing.py",
-        f"{_C}test_parity.py",
-        f"{_C}test_requests.py",
-    ),
-    "processor": (
-        f"{_C}test_processor_counts.py",
-        f"{_C}test_metadata.py",
-        f"{_C}test_requests.py",
-        f"{_C}test_parity.py",
-    ),
-    "metadata": (f"{_C}test_metadata.py", f"{_C}test_configs.py", f"{_C}test_processor_counts.py"),
-    "weights": (f"{_C}test_weight_loading.py",),
-}
-
-
-@dataclass(frozen=True)
-class CoveredFunction:
-    file: Path  # relative to site-packages
-    qualname: str  # "Class.method" or "function"
-    concern: str  # a key of SUITES_OF_CONCERN
-
-    @property
-    def suites(self) -> tuple[str, ...]:
-        return SUITES_OF_CONCERN[self.concern]
-
-
-def _covered(file: Path, concern: str, *names: str) -> list[CoveredFunction]:
-    return [CoveredFunction(file, name, concern) for name in names]
-
-
-VL = "NemotronH_Nano_VL_V2."
-INFO = "NanoNemotronVLProcessingInfo."
-MM = "NanoNemotronVLMultiModalProcessor."
-COVERED: tuple[CoveredFunction, ...] = (
-    *_covered(
-        MODEL_FILE,
-        "parsing",
-        f"{VL}_parse_and_validate_image_input",
-        f"{VL}_parse_and_validate_video_input",
-        f"{VL}_parse_and_validate_multimodal_inputs",
-    ),
-    *_covered(
-        MODEL_FILE,
-        "embedding",
-        f"{VL}embed_multimodal",
-        f"{VL}_process_image_input",
-        f"{VL}_process_image_input_dynamic",
-        f"{VL}_process_video_input",
-        f"{VL}_process_audio_input",
-        f"{VL}_create_final_video_embeddings",
-        f"{VL}_extract_video_embeddings_temporal",
-        f"{VL}pixel_shuffle",
-        f"{VL}pixel_shuffle_dynamic_res",
-        f"{VL}extract_feature",
-        f"{VL}extract_feature_dynamic",
-    ),
-    *_covered(
-        MODEL_FILE,
-        "processor",
-        f"{MM}_get_hf_mm_inputs",
-        f"{MM}_get_image_fields_config",
-        f"{MM}_get_video_fields_config",
-        f"{MM}_get_audio_fields_config",
-        f"{MM}_get_mm_fields_config",
-        f"{MM}_get_prompt_repl_image",
-        f"{MM}_get_prompt_repl_video",
-        f"{MM}_get_prompt_repl_audio",
-        f"{MM}_get_prompt_updates",
-    ),
-    *_covered(
-        MODEL_FILE,
-        "metadata",
-        f"{INFO}get_supported_mm_limits",
-        f"{INFO}get_image_size_with_most_features",
-        f"{INFO}get_max_image_tokens",
-        f"{INFO}get_num_frames_with_most_features",
-        f"{INFO}get_mm_max_tokens_per_item",
-        f"{VL}get_mamba_state_shape_from_config",
-        f"{VL}get_mamba_state_dtype_from_config",
-    ),
-    *_covered(MODEL_FILE, "weights", f"{VL}load_weights"),
-    *_covered(
-        PROCESSOR_FILE,
-        "processor",
-        "dynamic_preprocess",
-        "BaseNanoNemotronVLProcessor.get_num_image_tokens",
-        "BaseNanoNemotronVLProcessor._preprocess_image",
-        "NanoNemotronVLProcessor.num_video_token",
-        "NanoNemotronVLProcessor.get_image_repl",
-        "NanoNemotronVLProcessor.get_audio_repl",
-        "NanoNemotronVLProcessor.get_video_repl",
-        "NanoNemotronVLProcessor._preprocess_audio",
-        "NanoNemotronVLProcessor.__call__",
-        "DynamicResolutionImageTiler._get_num_embeddings",
-        "DynamicResolutionImageTiler.width_and_height_for_max_num_tokens_available",
-        "DynamicResolutionImageTiler.compute_params",
-    ),
-    *_covered(
-        PARAKEET_FILE,
-        "processor",
-        "ParakeetExtractor._clip_sizes",
-        "ParakeetExtractor.audio_token_count",
-        "ParakeetExtractor.split_audio_into_clips",
-    ),
-    *_covered(
-        PARAKEET_FILE,
-        "weights",
-        "ProjectedParakeet.load_weights",
-        "ProjectedParakeet._can_skip_missing_named_param",
-    ),
-    *_covered(RADIO_FILE, "weights", "RadioModel.load_weights"),
-)
+from harness.model_files import installed_file, write_mutated_copy
+from harness.mutation.reach import ScopeFunction, functions_in_scope
 
 
 class FunctionNotFound(LookupError):
@@ -179,6 +53,7 @@ class AstMutant:
     end: int
     replacement: str
     original: str
+    statement_line: int  # the first line of the innermost statement holding the site
 
     @property
     def id(self) -> str:
@@ -359,11 +234,23 @@ class Enumeration:
     unparseable: int  # mutants dropped because their text does not parse
 
 
+def _statement_lines(function: ast.FunctionDef | ast.AsyncFunctionDef) -> dict[int, int]:
+    """The first line of the innermost statement holding each node of ``function``'s body, by
+    node id (coverage.py records a statement's lines, not an expression's)."""
+    lines: dict[int, int] = {}
+    # ast.walk goes outside in: an inner statement's line overwrites its outer statement's.
+    for statement in (n for n in ast.walk(function) if isinstance(n, ast.stmt)):
+        for node in ast.walk(statement):
+            lines[id(node)] = statement.lineno
+    return lines
+
+
 def enumerate_mutants(source: str, file: Path, qualname: str) -> Enumeration:
     """Every first-order mutant of function ``qualname`` in ``source`` (the text of ``file``)."""
     tree = ast.parse(source)
     function = find_function(tree, qualname)
     offsets = _Offsets(source)
+    statement_of = _statement_lines(function)
     mutants: list[AstMutant] = []
     unparseable = 0
     seen: dict[tuple[int, int, str], int] = {}
@@ -372,7 +259,17 @@ def enumerate_mutants(source: str, file: Path, qualname: str) -> Enumeration:
         index = seen.get((line, col, operator), 0)
         seen[line, col, operator] = index + 1
         mutant = AstMutant(
-            file, qualname, line, col, operator, index, start, end, replacement, source[start:end]
+            file,
+            qualname,
+            line,
+            col,
+            operator,
+            index,
+            start,
+            end,
+            replacement,
+            source[start:end],
+            statement_of.get(id(node), line),
         )
         try:
             ast.parse(mutant.apply(source))
@@ -383,14 +280,15 @@ def enumerate_mutants(source: str, file: Path, qualname: str) -> Enumeration:
     return Enumeration(mutants, unparseable)
 
 
-def candidates() -> list[AstMutant]:
-    """Every mutant of every covered function of the installed vLLM."""
+def candidates(functions: list[ScopeFunction] | None = None) -> list[AstMutant]:
+    """Every mutant of every function of the scope (default: :func:`functions_in_scope` of the
+    installed vLLM)."""
     out: list[AstMutant] = []
     sources: dict[Path, str] = {}
-    for covered in COVERED:
-        if covered.file not in sources:
-            sources[covered.file] = installed_file(covered.file).read_text()
-        out += enumerate_mutants(sources[covered.file], covered.file, covered.qualname).mutants
+    for function in functions_in_scope() if functions is None else functions:
+        if function.file not in sources:
+            sources[function.file] = installed_file(function.file).read_text()
+        out += enumerate_mutants(sources[function.file], function.file, function.qualname).mutants
     return out
 
 

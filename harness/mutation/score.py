@@ -1,11 +1,16 @@
 """The mutation score over vLLM's model code: ``nox -s mutation`` (outside CI).
 
-A seeded sample of first-order mutants (:mod:`harness.mutation.ast_mutants`) of the functions the
-suites claim to cover, each written as a ``vllm-file:`` copy (never an edit of the installed
-package) and run against only the suites that cover its function, from one process
-(:mod:`harness.mutation.runner`). A mutant is killed when its run fails a check, errors, crashes
-or passes its time limit; a check that stops failing (a known deviation passing) kills it too,
-since behaviour changed and the suites saw it.
+The scope is measured, not listed: every function of the model family's files
+(:mod:`harness.mutation.reach`), with the checks that execute each line found by running the
+suites under coverage.py (the reach map, measured again when vLLM, the suites or the harness
+change). A seeded sample of first-order mutants (:mod:`harness.mutation.ast_mutants`), stratified
+so that every function in scope has at least one, is written as ``vllm-file:`` copies (never an
+edit of the installed package); each runs against only the checks that execute its line, the
+quickest first, from one process (:mod:`harness.mutation.runner`), under a time limit derived
+from those checks' measured times. A mutant on a line no check executes is a survivor without a
+run ("unreached"). A mutant is killed when its run fails a check, errors, crashes or passes its
+time limit; a check that stops failing (a known deviation passing) kills it too, since behaviour
+changed and the suites saw it.
 
 Each survivor is then run again against the whole conformance suites as they are now
 (``--recheck``): a check outside its concern's suites, or one added since, may kill it, and the
@@ -13,15 +18,18 @@ report names that check. A survivor left is classified in ``fixtures/mutation_su
 ``equivalent`` (with the reason it cannot change behaviour) or ``gpu-only`` (with the reason only
 a run on a GPU could show it); one not classified there is listed as such.
 
-The score is killed / (run - equivalent), with a 95% Wilson interval for the sampling error.
+The score is killed / (sampled - equivalent), unreached mutants counted as survivors, with a 95%
+Wilson interval for the sampling error. The report lists the functions and lines no check
+reaches.
 
-    nemotron-vl-mutation-score [--sample 300] [--seed 0] [--parallel 2] [--fresh]
+    nemotron-vl-mutation-score [--sample 600] [--seed 0] [--parallel 2] [--fresh] [--remeasure]
     nemotron-vl-mutation-score --recheck      # the survivors against every suite
     nemotron-vl-mutation-score --shard K/N    # every N-th sampled mutant from the K-th
     nemotron-vl-mutation-score --merge reports/mutation-runs-*-of-N.jsonl
 
 A shard keeps its runs in ``reports/mutation-runs-K-of-N.jsonl`` (its first line names the
-shard, the sample and the seed) and its report in ``reports/mutation-K-of-N.{md,json}``;
+shard, the sample, the seed and the reach map's fingerprint, which every shard must share) and
+its report in ``reports/mutation-K-of-N.{md,json}``;
 ``--merge`` checks the N shards are one sweep and writes the report of the whole sample, the
 same an unsharded run writes (the wall times summed).
 
@@ -47,7 +55,17 @@ from typing import Any
 from harness import ROOT
 from harness.checkpoints.cache import shared_folders
 from harness.jobs.results import replace_text
-from harness.mutation.ast_mutants import COVERED, AstMutant, candidates, sample, write_mutant_file
+from harness.mutation.ast_mutants import AstMutant, candidates, sample, write_mutant_file
+from harness.mutation.reach import (
+    REACH_FILE,
+    Reach,
+    ReachError,
+    current_reach,
+    functions_in_scope,
+    read_reach,
+    scope_summary,
+    summary_lines,
+)
 from harness.mutation.runner import SuiteJob, SuiteRun, preload, run_many
 from harness.mutation.shards import (
     WHOLE,
@@ -60,9 +78,12 @@ from harness.mutation.shards import (
 REPORT = ROOT / "reports" / "mutation"
 RUNS_FILE = ROOT / "reports" / "mutation-runs.jsonl"
 SURVIVORS_FILE = ROOT / "fixtures" / "mutation_survivors.toml"
-DEFAULT_SAMPLE = 300
-#: A mutant that loops or stalls is killed after this many seconds (its suites take at most
-#: about two minutes on a 2-core machine unmutated).
+DEFAULT_SAMPLE = 600
+#: A mutant's time limit: this many times its checks' measured time (under coverage, itself
+#: slower than a plain run), plus the set-up of a fresh process (its model builds), at most
+#: :data:`RUN_TIMEOUT_S`. A mutant that loops or stalls costs that, not the suites' time.
+RUN_LIMIT_FACTOR = 3.0
+RUN_LIMIT_BASE_S = 60.0
 RUN_TIMEOUT_S = 300.0
 VERDICTS = ("equivalent", "gpu-only")
 RECHECK_SUITES = ("suites/conformance",)
@@ -114,29 +135,61 @@ def _outcome(run: SuiteRun, failed: list[str]) -> str:
     return "survived"
 
 
+def run_limit(reach: Reach, checks: list[str]) -> float:
+    """The time limit of a mutant's run of ``checks`` (:data:`RUN_LIMIT_FACTOR`)."""
+    return min(RUN_TIMEOUT_S, RUN_LIMIT_BASE_S + RUN_LIMIT_FACTOR * reach.seconds_of(checks))
+
+
+def checks_of(reach: Reach, mutant: AstMutant) -> list[str]:
+    """The checks that execute the mutant's line or its statement's, the quickest first."""
+    return reach.checks_at(mutant.file, mutant.line, mutant.statement_line)
+
+
+def _unreached_row(mutant: AstMutant) -> dict[str, Any]:
+    return {
+        "id": mutant.id,
+        "status": "survived",
+        "unreached": True,
+        "exit": None,
+        "killed_by": [],
+        "reason": f"no check executes line {mutant.line}",
+        "wall_s": 0.0,
+    }
+
+
 def _run_sample(
     mutants: list[AstMutant],
     done: dict[str, dict[str, Any]],
     parallel: int,
     workdir: Path,
+    reach: Reach,
     *,
     recheck: bool = False,
     runs_file: Path = RUNS_FILE,
 ) -> None:
-    """Run each mutant not run yet against its covering suites; with ``recheck``, each survivor
-    not rechecked yet against every conformance suite."""
-    suites_of = {(c.file, c.qualname): c.suites for c in COVERED}
+    """Run each mutant not run yet against the checks that execute its line (one no check
+    executes is recorded as an unreached survivor); with ``recheck``, each reached survivor not
+    rechecked yet against every conformance suite."""
     jobs: list[SuiteJob] = []
     for mutant in mutants:
         if recheck:
             row = done.get(mutant.id)
             if row is None or row["status"] != "survived" or "recheck" in row:
                 continue
+            if row.get("unreached"):
+                continue  # no check executes its line: the whole suites would not either
             suites: tuple[str, ...] = RECHECK_SUITES
+            limit = RUN_TIMEOUT_S
         elif mutant.id in done:
             continue
         else:
-            suites = tuple(suites_of[mutant.file, mutant.qualname])
+            checks = checks_of(reach, mutant)
+            if not checks:
+                done[mutant.id] = _unreached_row(mutant)
+                with runs_file.open("a") as f:
+                    f.write(json.dumps(done[mutant.id]) + "\n")
+                continue
+            suites, limit = tuple(checks), run_limit(reach, checks)
         folder = workdir / f"m{len(jobs):04d}"
         path = write_mutant_file(mutant, folder / "src")
         jobs.append(
@@ -146,11 +199,13 @@ def _run_sample(
                 suites,
                 folder,
                 extra_args=("-x",),  # the first failing check kills it
+                timeout_s=limit,
             )
         )
     if not jobs:
         return
     preload(vllm=True)
+    suites_by_key = {job.key: job.suites for job in jobs}
     for count, run in enumerate(run_many(jobs, parallel=parallel, timeout_s=RUN_TIMEOUT_S), 1):
         failed = [c["id"] for c in run.checks if c["outcome"] in ("fail", "error", "xpass")]
         row = {
@@ -162,6 +217,7 @@ def _run_sample(
                 (c["reason"].splitlines()[0][:200] for c in run.checks if c["id"] in failed[:1]),
                 "; ".join(run.problems),
             ),
+            "checks": len(suites_by_key[run.key]),
             "wall_s": run.wall_s,
         }
         if recheck:
@@ -201,17 +257,33 @@ def _sweep_of(path: Path) -> dict[str, Any]:
     raise ShardError(f"merge: {path}: no shard line; is it the runs file of a --shard run?")
 
 
-def merge_runs(paths: list[Path]) -> tuple[dict[str, dict[str, Any]], float, int, int]:
-    """The shards' runs files as one: the mutants run by id, the sessions' wall time, and the
-    sample and seed the shards share. :class:`ShardError` names a shard missing, repeated or of
-    another sweep, or a mutant in two shards."""
+@dataclass(frozen=True)
+class Merged:
+    """The shards' runs files as one."""
+
+    done: dict[str, dict[str, Any]]  # the mutants run, by id
+    wall_s: float  # the shards' sessions, summed
+    sample: int
+    seed: int
+    reach: str | None  # the reach map's fingerprint the shards share
+
+
+def merge_runs(paths: list[Path]) -> Merged:
+    """The shards' runs files as one. :class:`ShardError` names a shard missing, repeated or of
+    another sweep (another sample, seed or reach map), or a mutant in two shards."""
     sweeps = [_sweep_of(path) for path in paths]
     check_complete([str(s["shard"]) for s in sweeps], [str(p) for p in paths])
     for sweep, path in zip(sweeps, paths, strict=True):
-        if (sweep["sample"], sweep["seed"]) != (sweeps[0]["sample"], sweeps[0]["seed"]):
+        first = sweeps[0]
+        if (sweep["sample"], sweep["seed"]) != (first["sample"], first["seed"]):
             raise ShardError(
                 f"merge: {path}: sample {sweep['sample']}, seed {sweep['seed']}; {paths[0]}: "
-                f"sample {sweeps[0]['sample']}, seed {sweeps[0]['seed']}: not one sweep"
+                f"sample {first['sample']}, seed {first['seed']}: not one sweep"
+            )
+        if sweep.get("reach") != first.get("reach"):
+            raise ShardError(
+                f"merge: {path}: reach map {sweep.get('reach')}; {paths[0]}: reach map "
+                f"{first.get('reach')}: the shards measured different scopes, not one sweep"
             )
     done: dict[str, dict[str, Any]] = {}
     wall = 0.0
@@ -222,7 +294,14 @@ def merge_runs(paths: list[Path]) -> tuple[dict[str, dict[str, Any]], float, int
                 raise ShardError(f"merge: {path}: mutant {mutant_id} is in two shards")
             done[mutant_id] = row
         wall += sessions
-    return done, wall, int(sweeps[0]["sample"]), int(sweeps[0]["seed"])
+    reach = sweeps[0].get("reach")
+    return Merged(
+        done,
+        wall,
+        int(sweeps[0]["sample"]),
+        int(sweeps[0]["seed"]),
+        None if reach is None else str(reach),
+    )
 
 
 def build_report(
@@ -232,6 +311,7 @@ def build_report(
     total_candidates: int,
     seed: int,
     wall_s: float,
+    scope: dict[str, Any],
 ) -> dict[str, Any]:
     survivors = load_survivors()
     rows = []
@@ -247,7 +327,9 @@ def build_report(
         if row["status"] == "survived":
             known = survivors.get(mutant.id)
             recheck = row.get("recheck")
-            if recheck is not None and recheck["status"].startswith("killed"):
+            if row.get("unreached"):
+                row["classification"] = {"verdict": "unreached", "reason": row["reason"]}
+            elif recheck is not None and recheck["status"].startswith("killed"):
                 killer = (recheck["killed_by"] or ["its time limit"])[0]
                 row["classification"] = {
                     "verdict": "killed on recheck",
@@ -258,38 +340,46 @@ def build_report(
             else:
                 row["classification"] = {"verdict": "unclassified", "reason": ""}
         rows.append(row)
-    run = [r for r in rows if r["status"] != "not run"]
+    done_rows = [r for r in rows if r["status"] != "not run"]
+    executed = [r for r in done_rows if not r.get("unreached")]
 
     def verdicts(name: str) -> int:
-        return sum(r.get("classification", {}).get("verdict") == name for r in run)
+        return sum(r.get("classification", {}).get("verdict") == name for r in done_rows)
 
-    killed = sum(r["status"].startswith("killed") for r in run)
+    killed = sum(r["status"].startswith("killed") for r in done_rows)
     killed_later = verdicts("killed on recheck")
     equivalent = verdicts("equivalent")
-    gpu_only = verdicts("gpu-only")
-    unclassified = verdicts("unclassified")
-    denominator = len(run) - equivalent
+    denominator = len(done_rows) - equivalent
     score = (killed + killed_later) / denominator if denominator else 0.0
     low, high = wilson_interval(killed + killed_later, denominator)
     by_operator: Counter[str] = Counter()
     by_operator_killed: Counter[str] = Counter()
-    for r in run:
+    for r in done_rows:
         by_operator[r["operator"]] += 1
         by_operator_killed[r["operator"]] += r["status"].startswith("killed")
+    run_wall = sum(float(r["wall_s"]) for r in executed)
     return {
         "seed": seed,
         "candidates": total_candidates,
         "sampled": len(mutants),
-        "run": len(run),
-        "functions": [f"{c.file}:{c.qualname}" for c in COVERED],
+        "done": len(done_rows),
+        "run": len(executed),
+        "scope": scope,
         "killed_by_suites": killed,
         "killed_on_recheck": killed_later,
         "equivalent": equivalent,
-        "gpu_only": gpu_only,
-        "unclassified_survivors": unclassified,
+        "gpu_only": verdicts("gpu-only"),
+        "unreached": verdicts("unreached"),
+        "unclassified_survivors": verdicts("unclassified"),
         "score": round(score, 4),
         "interval_95": [round(low, 4), round(high, 4)],
         "wall_s": round(wall_s, 1),
+        "mean_run_wall_s": round(run_wall / len(executed), 2) if executed else 0.0,
+        "mean_checks_per_run": (
+            round(sum(int(r.get("checks", 0)) for r in executed) / len(executed), 1)
+            if executed
+            else 0.0
+        ),
         "by_operator": {
             op: {"run": n, "killed": by_operator_killed[op]}
             for op, n in sorted(by_operator.items())
@@ -300,39 +390,53 @@ def build_report(
 
 def render_markdown(report: dict[str, Any]) -> str:
     low, high = report["interval_95"]
+    scope = report["scope"]
     lines = [
         "# Mutation score over vLLM's model code",
         "",
-        f"{report['sampled']} first-order mutants sampled (seed {report['seed']}) from "
-        f"{report['candidates']} candidates in {len(report['functions'])} functions the suites "
-        f"claim to cover; {report['run']} run, wall time {report['wall_s']:.0f} s.",
+        f"{report['sampled']} first-order mutants sampled (seed {report['seed']}), stratified "
+        f"over the {scope['functions']} functions in scope, from {report['candidates']} "
+        f"candidates; {report['done']} done: {report['run']} run against the checks that "
+        f"execute their line (on average {report['mean_checks_per_run']:g} checks, "
+        f"{report['mean_run_wall_s']:g} s each run), {report['unreached']} on lines no check "
+        f"executes. Wall time {report['wall_s']:.0f} s.",
         "",
-        f"- killed by the suites: {report['killed_by_suites']}",
-        f"- survivors killed on recheck against every suite (a check outside the function's "
-        f"concern, or added since): {report['killed_on_recheck']}",
+        f"- killed by the checks that execute their line: {report['killed_by_suites']}",
+        f"- survivors killed on recheck against every suite (a check the reach map missed, or "
+        f"added since): {report['killed_on_recheck']}",
         f"- equivalent (cannot change behaviour): {report['equivalent']}",
         f"- only a GPU run could show (counted as survivors): {report['gpu_only']}",
+        f"- on a line no check executes (counted as survivors): {report['unreached']}",
         f"- survivors not classified: {report['unclassified_survivors']}",
         f"- **score: {report['score']:.1%}** of non-equivalent mutants killed "
         f"(95% interval {low:.1%} to {high:.1%})",
         "",
         "## By operator",
         "",
-        "| operator | run | killed |",
+        "| operator | done | killed |",
         "|---|---|---|",
     ]
     for op, n in report["by_operator"].items():
         lines.append(f"| {op} | {n['run']} | {n['killed']} |")
-    lines += ["", "## Survivors of the covering suites", ""]
+    lines += ["", "## Survivors that ran", ""]
     lines += ["| mutant | what | verdict | reason |", "|---|---|---|---|"]
     for row in report["mutants"]:
-        if row["status"] == "survived":
+        if row["status"] == "survived" and not row.get("unreached"):
             c = row["classification"]
             lines.append(
                 f"| `{row['id']}` | {row['description']} | {c['verdict']} | {c['reason']} |"
             )
-    lines += ["", "## Functions covered", ""]
-    lines += [f"- `{name}`" for name in report["functions"]]
+    lines += ["", "## Scope", ""]
+    lines += [
+        f"Every function of {', '.join(f'`{f}`' for f in scope['files'])} "
+        "(NemotronH's forward, logits, embedding lookup and expert balancing excluded: the "
+        "engine's forward pass, which no CPU check drives). What each check executes was "
+        f"measured by running the {scope['checks']} conformance checks against the installed "
+        f"vLLM under coverage.py ({scope['reach_wall_s']:.0f} s; reach map "
+        f"`{scope['reach_fingerprint'][:12]}`).",
+        "",
+    ]
+    lines += summary_lines(scope)
     return "\n".join(lines) + "\n"
 
 
@@ -348,18 +452,46 @@ def main(argv: list[str] | None = None) -> int:
     )
     add_shard_options(parser, "sampled mutant", "runs files", "RUNS_JSONL")
     parser.add_argument("--out", type=Path, help="report path without suffix")
+    parser.add_argument(
+        "--reach",
+        type=Path,
+        default=REACH_FILE,
+        metavar="JSON",
+        help="the reach map (default: %(default)s; measured when missing or stale, except with "
+        "--merge and --report-only, which read it as it is)",
+    )
+    parser.add_argument(
+        "--remeasure", action="store_true", help="measure the reach map even when it is current"
+    )
     args = parser.parse_args(argv)
     if args.sample < 1 or args.parallel < 1:
         parser.error("--sample and --parallel: expected positive numbers")
     shard: Shard = args.shard
     everything = candidates()
+    try:
+        reach = (
+            read_reach(args.reach)
+            if args.merge or args.report_only
+            else current_reach(args.reach, remeasure=args.remeasure)
+        )
+    except ReachError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     if args.merge:
         try:
-            done, wall, sample_size, seed = merge_runs(list(args.merge))
+            merged = merge_runs(list(args.merge))
         except (OSError, json.JSONDecodeError, ShardError) as e:
             print(f"error: {e}", file=sys.stderr)
             return 2
-        mutants = sample(everything, sample_size, seed)
+        if merged.reach is not None and merged.reach != reach.fingerprint:
+            print(
+                f"error: merge: the shards ran on reach map {merged.reach}; {args.reach} is "
+                f"{reach.fingerprint}: give --reach the map the shards used",
+                file=sys.stderr,
+            )
+            return 2
+        done, wall, seed = merged.done, merged.wall_s, merged.seed
+        mutants = sample(everything, merged.sample, seed)
         out = args.out or REPORT
     else:
         seed = args.seed
@@ -374,7 +506,12 @@ def main(argv: list[str] | None = None) -> int:
         if args.fresh and runs_file.exists():
             runs_file.unlink()
         if shard != WHOLE and not runs_file.exists():
-            sweep = {"shard": str(shard), "sample": args.sample, "seed": seed}
+            sweep = {
+                "shard": str(shard),
+                "sample": args.sample,
+                "seed": seed,
+                "reach": reach.fingerprint,
+            }
             runs_file.write_text(json.dumps(sweep) + "\n")
         done, wall = _read_runs(runs_file)
         if not args.report_only:
@@ -386,6 +523,7 @@ def main(argv: list[str] | None = None) -> int:
                         done,
                         args.parallel,
                         Path(tmp),
+                        reach,
                         recheck=args.recheck,
                         runs_file=runs_file,
                     )
@@ -396,7 +534,12 @@ def main(argv: list[str] | None = None) -> int:
                     wall += session
     try:
         report = build_report(
-            mutants, done, total_candidates=len(everything), seed=seed, wall_s=wall
+            mutants,
+            done,
+            total_candidates=len(everything),
+            seed=seed,
+            wall_s=wall,
+            scope=scope_summary(reach, functions_in_scope()),
         )
     except SurvivorFileError as e:
         print(f"error: {e}", file=sys.stderr)

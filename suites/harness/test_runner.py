@@ -34,6 +34,13 @@ def test_a_run_past_its_time_limit_is_killed_and_said_so(tmp_path):
     assert run.problems[0].startswith("killed after its time limit")
 
 
+def test_a_jobs_own_time_limit_is_kept(tmp_path):
+    job = SuiteJob("slow", "reference", ("suites/conformance",), tmp_path / "slow", timeout_s=0.5)
+    [run] = run_many([job], timeout_s=600)
+    assert run.timed_out
+    assert run.wall_s < 60
+
+
 @pytest.mark.parametrize(
     ("options", "message"),
     [({"parallel": 0}, "parallel: expected a positive"), ({"timeout_s": 0}, "timeout_s: expected")],

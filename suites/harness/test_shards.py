@@ -151,10 +151,15 @@ def test_a_merged_mutation_score_is_the_unsharded_one(tmp_path):
     and once split as three shards would write them: the merged report equals the unsharded
     one but for the wall time, and the command writes it."""
     from harness.mutation.ast_mutants import candidates, sample
+    from harness.mutation.reach import Reach, functions_in_scope, scope_summary
     from harness.mutation.score import _read_runs, build_report, main, merge_runs
 
     everything = candidates()
     mutants = sample(everything, 7, 3)
+    reach = Reach("e" * 64, ["a"], [1.0], {}, {})
+    reach_file = tmp_path / "reach.json"
+    reach_file.write_text(json.dumps(reach.to_json()))
+    scope = scope_summary(reach, functions_in_scope())
     statuses = ("killed", "survived", "killed (timeout)")
     rows = [
         {
@@ -169,32 +174,49 @@ def test_a_merged_mutation_score_is_the_unsharded_one(tmp_path):
     ]
     _write_runs(tmp_path / "whole.jsonl", rows, None)
     done, wall = _read_runs(tmp_path / "whole.jsonl")
-    whole = build_report(mutants, done, total_candidates=len(everything), seed=3, wall_s=wall)
+    whole = build_report(
+        mutants, done, total_candidates=len(everything), seed=3, wall_s=wall, scope=scope
+    )
 
     paths = []
     for k in (1, 2, 3):
         shard = Shard(k, 3)
         ids = {m.id for m in shard.select(mutants)}
         path = tmp_path / f"runs-{k}.jsonl"
-        header = {"shard": str(shard), "sample": 7, "seed": 3}
+        header = {"shard": str(shard), "sample": 7, "seed": 3, "reach": reach.fingerprint}
         _write_runs(path, [r for r in rows if r["id"] in ids], header)
         paths.append(path)
-    done, wall, size, seed = merge_runs(paths)
+    merged_runs = merge_runs(paths)
+    assert merged_runs.reach == reach.fingerprint
     merged = build_report(
-        sample(everything, size, seed),
-        done,
+        sample(everything, merged_runs.sample, merged_runs.seed),
+        merged_runs.done,
         total_candidates=len(everything),
-        seed=seed,
-        wall_s=wall,
+        seed=merged_runs.seed,
+        wall_s=merged_runs.wall_s,
+        scope=scope,
     )
     assert merged["wall_s"] == 30.0
     assert {**merged, "wall_s": 0} == {**whole, "wall_s": 0}
 
-    assert main(["--merge", *map(str, paths), "--out", str(tmp_path / "merged")]) == 0
+    out = ["--out", str(tmp_path / "merged"), "--reach", str(reach_file)]
+    assert main(["--merge", *map(str, paths), *out]) == 0
     written = json.loads((tmp_path / "merged.json").read_text())
     assert {**written, "wall_s": 0} == {**whole, "wall_s": 0}
 
-    # A shard of another sweep is refused, naming both.
+    # A reach map other than the shards' is refused, naming both.
+    other = tmp_path / "other-reach.json"
+    other.write_text(json.dumps(Reach("d" * 64, ["a"], [1.0], {}, {}).to_json()))
+    assert (
+        main(["--merge", *map(str, paths), "--out", str(tmp_path / "m2"), "--reach", str(other)])
+        == 2
+    )
+
+    # Shards of another sweep are refused, naming both.
+    header = {"shard": "3/3", "sample": 7, "seed": 3, "reach": "c" * 64}
+    _write_runs(paths[2], [], header)
+    with pytest.raises(ShardError, match=r"reach map c+; .*different scopes, not one sweep"):
+        merge_runs(paths)
     _write_runs(paths[2], [], {"shard": "3/3", "sample": 8, "seed": 3})
     with pytest.raises(ShardError, match=r"sample 8, seed 3.*not one sweep"):
         merge_runs(paths)

@@ -140,6 +140,7 @@ def test_the_mutation_sweep_shards_on_a_schedule_and_merges_every_shard():
     help_of = {
         "mutants": "harness.mutation.matrix",
         "mutation": "harness.mutation.score",
+        "reach": "harness.mutation.reach",
     }
     for job, command in run_commands(workflow):
         words = shlex.split(command)
@@ -161,7 +162,9 @@ def test_the_mutation_sweep_shards_on_a_schedule_and_merges_every_shard():
         ).stdout
         for option in (w for w in words[4:] if w.startswith("--")):
             assert option in help_text, f"{job}: {command} passes {option}, not an option"
-        if job == "shard":
+        if job == "reach":
+            assert words == ["nox", "-s", "reach"], command
+        elif job == "shard":
             assert words[words.index("--shard") + 1] == f"$SHARD/{count}", command
         else:
             merged = words[words.index("--merge") + 1 :]
@@ -171,7 +174,16 @@ def test_the_mutation_sweep_shards_on_a_schedule_and_merges_every_shard():
                 expected = [f"reports/mutation-runs-{k}-of-{count}.jsonl" for k in shards]
             assert merged == expected, command
     merge = workflow["jobs"]["merge"]
-    assert merge["needs"] == "shard"
+    assert merge["needs"] == ["reach", "shard"]
+    # One reach map for every shard and the merge: measured once, handed on as an artifact.
+    assert workflow["jobs"]["shard"]["needs"] == "reach"
+    for job in ("shard", "merge"):
+        downloads = [
+            s["with"]
+            for s in workflow["jobs"][job]["steps"]
+            if s.get("uses", "").startswith("actions/download-artifact@")
+        ]
+        assert {"name": "reach", "path": "reports/"} in downloads, job
     uploads = [
         s for s in merge["steps"] if s.get("uses", "").startswith("actions/upload-artifact@")
     ]

@@ -1,0 +1,131 @@
+"""The measuring process of :mod:`harness.mutation.reach`: the suites under coverage.py.
+
+Run as ``nemotron-vl-reach --in-this-process`` by :func:`harness.mutation.reach.measure`.
+
+One coverage context per check (its set-up, call and teardown), one per model build; a build's
+lines count for every check that asked for that build. Run in a process of its own: it builds
+models, which the mutation runner's process must not hold before it forks.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import coverage
+import pytest
+
+from harness import ROOT
+from harness.jobs.results import replace_text
+from harness.model_files import installed_file
+from harness.mutation.reach import BUILD, SCOPE, SUITES, Reach, attribute_lines, fingerprint
+
+
+class Contexts:
+    """Switches coverage's context as checks start and builds run; records who used which
+    build and how long each check took."""
+
+    def __init__(self, cov: coverage.Coverage) -> None:
+        self.cov = cov
+        self.check = ""
+        self.started = 0.0
+        self.seconds: dict[str, float] = {}
+        self.builds: dict[str, int] = {}  # build key -> its index
+        self.users: dict[int, set[str]] = {}  # build index -> the checks that asked for it
+        self.stack: list[str] = []
+
+    def pytest_runtest_logstart(self, nodeid: str) -> None:
+        self.check, self.started = nodeid, time.perf_counter()
+        self.cov.switch_context(nodeid)
+
+    def pytest_runtest_logfinish(self, nodeid: str) -> None:
+        self.seconds[nodeid] = round(time.perf_counter() - self.started, 3)
+        self.check = ""
+        self.cov.switch_context("")
+
+    def around_build(self, key: str, build: Callable[[], Any]) -> Any:
+        index = self.builds.setdefault(key, len(self.builds))
+        if self.check:
+            self.users.setdefault(index, set()).add(self.check)
+        self.stack.append(f"{BUILD}{index}")
+        self.cov.switch_context(self.stack[-1])
+        try:
+            return build()
+        finally:
+            self.stack.pop()
+            self.cov.switch_context(self.stack[-1] if self.stack else self.check)
+
+
+def patch_builds(contexts: Contexts) -> None:
+    """Every model the vLLM target builds and shares, under a build context of its own."""
+    from harness.targets.vllm.target import VllmTarget
+
+    build_model = VllmTarget.build_model
+    fresh_model = VllmTarget.fresh_model
+
+    @functools.wraps(build_model)
+    def counted_build(self: VllmTarget, spec: Any, folder: Any, device: Any, serving: Any) -> Any:
+        key = repr(("build", spec, str(folder), serving.model_options()))
+        return contexts.around_build(key, lambda: build_model(self, spec, folder, device, serving))
+
+    @functools.wraps(fresh_model)
+    def counted_fresh(self: VllmTarget, spec: Any, text_only: bool) -> Any:
+        key = repr(("fresh", spec, text_only))
+        return contexts.around_build(key, lambda: fresh_model(self, spec, text_only))
+
+    VllmTarget.build_model = counted_build  # type: ignore[method-assign]
+    VllmTarget.fresh_model = counted_fresh  # type: ignore[method-assign]
+
+
+def measure_here(out: Path, suites: tuple[str, ...] = SUITES) -> int:
+    """Run the suites under coverage in this process and write the map to ``out``; the exit
+    status (2: pytest could not run them)."""
+    os.chdir(ROOT)
+    started = time.perf_counter()
+    files = {str(installed_file(entry.file)): str(entry.file) for entry in SCOPE}
+    cov = coverage.Coverage(data_file=None, include=list(files), branch=False)
+    contexts = Contexts(cov)
+    cov.start()
+    try:
+        patch_builds(contexts)
+        status = pytest.main(
+            [*suites, "--target=vllm", "-p", "no:cacheprovider", "-q", "--no-header"],
+            plugins=[contexts],
+        )
+    finally:
+        cov.stop()
+    if status not in (0, 1):  # 1: a check failed, which a reach map does not depend on
+        print(f"reach_measure: pytest exited {status}", file=sys.stderr)
+        return 2
+    checks = sorted(contexts.seconds)
+    index = {check: i for i, check in enumerate(checks)}
+    data = cov.get_data()
+    lines: dict[str, dict[int, list[int]]] = {}
+    executable: dict[str, list[int]] = {}
+    for path, relative in files.items():
+        lines[relative] = attribute_lines(
+            data.contexts_by_lineno(path) or {}, index, contexts.users
+        )
+        executable[relative] = sorted(cov.analysis2(path)[1])
+    reach = Reach(
+        fingerprint=fingerprint(suites),
+        checks=checks,
+        seconds=[contexts.seconds[c] for c in checks],
+        lines=lines,
+        executable=executable,
+        wall_s=round(time.perf_counter() - started, 1),
+        meta={
+            "command": "nemotron-vl-reach",
+            "suites": list(suites),
+            "builds": len(contexts.builds),
+            "coverage": coverage.__version__,
+        },
+    )
+    replace_text(out, json.dumps(reach.to_json()) + "\n")
+    return 0

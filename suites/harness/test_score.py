@@ -1,0 +1,77 @@
+"""The mutation score's bookkeeping: a mutant no check reaches is a survivor without a run, its
+run's checks and time limit come from the reach map, and the score counts it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from harness.mutation import score
+from harness.mutation.ast_mutants import enumerate_mutants
+from harness.mutation.reach import Reach
+
+FILE = Path("vllm/example.py")
+SOURCE = "def f(a):\n    b = a + 1\n    return b * 2\n"
+
+
+def mutants():
+    return enumerate_mutants(SOURCE, FILE, "f").mutants
+
+
+def reach_of(lines: dict[int, list[int]]) -> Reach:
+    return Reach("f" * 64, ["slow", "quick"], [20.0, 2.0], {str(FILE): lines}, {str(FILE): [2, 3]})
+
+
+def test_a_mutant_no_check_reaches_survives_without_a_run(tmp_path, monkeypatch):
+    def no_runs(**_: object) -> None:
+        raise AssertionError("nothing is reached: nothing must run")
+
+    monkeypatch.setattr(score, "preload", no_runs)
+    done: dict[str, dict[str, object]] = {}
+    runs = tmp_path / "runs.jsonl"
+    score._run_sample(mutants(), done, 1, tmp_path, reach_of({}), runs_file=runs)
+    assert len(done) == len(mutants())
+    assert all(row["unreached"] and row["status"] == "survived" for row in done.values())
+    assert [json.loads(line)["id"] for line in runs.read_text().splitlines()] == [
+        m.id for m in mutants()
+    ]
+
+
+def test_a_mutants_checks_and_time_limit_come_from_the_map():
+    reach = reach_of({2: [0, 1]})
+    line_2 = [m for m in mutants() if m.line == 2]
+    line_3 = [m for m in mutants() if m.line == 3]
+    assert line_2
+    assert line_3
+    assert all(score.checks_of(reach, m) == ["quick", "slow"] for m in line_2)
+    assert all(score.checks_of(reach, m) == [] for m in line_3)
+    # 60 s for a fresh process's set-up and 3 x the checks' 22 s, at most 300 s.
+    assert score.run_limit(reach, ["quick", "slow"]) == pytest.approx(60 + 3 * 22)
+    assert score.run_limit(reach_of({}), []) == 60
+    long = Reach("f" * 64, ["c"], [1000.0], {}, {})
+    assert score.run_limit(long, ["c"]) == score.RUN_TIMEOUT_S
+
+
+def test_unreached_mutants_count_as_survivors_in_the_score():
+    """Four mutants: two killed, one survivor that ran (unclassified), one unreached: the score
+    is 2 / 4, and the report says which is which."""
+    chosen = mutants()[:4]
+    assert len(chosen) == 4
+    rows = {
+        chosen[0].id: {"id": chosen[0].id, "status": "killed", "wall_s": 2.0, "checks": 3},
+        chosen[1].id: {"id": chosen[1].id, "status": "killed", "wall_s": 4.0, "checks": 1},
+        chosen[2].id: {"id": chosen[2].id, "status": "survived", "wall_s": 6.0, "checks": 5},
+        chosen[3].id: score._unreached_row(chosen[3]),
+    }
+    report = score.build_report(
+        chosen, rows, total_candidates=9, seed=0, wall_s=12.0, scope={"files": []}
+    )
+    assert (report["done"], report["run"], report["unreached"]) == (4, 3, 1)
+    assert report["score"] == 0.5
+    assert report["unclassified_survivors"] == 1
+    assert report["mean_run_wall_s"] == 4.0
+    assert report["mean_checks_per_run"] == 3.0
+    verdicts = [r.get("classification", {}).get("verdict") for r in report["mutants"]]
+    assert verdicts == [None, None, "unclassified", "unreached"]
