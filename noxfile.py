@@ -65,6 +65,21 @@ def shared_python(session: nox.Session) -> str:
             f".[{SHARED_EXTRAS}]",
             external=True,
         )
+        # The typing checks' mypy cache lives in the environment: warmed here, once, so that no
+        # main job pays a cold mypy run over torch and vLLM (99 s on 2 cores) inside a check.
+        session.log("warming the typing checks' mypy cache")
+        session.run(
+            str(python),
+            "-m",
+            "pytest",
+            "suites/conformance/test_typing.py",
+            "--target=vllm",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            env=CPU_ENV,
+            external=True,
+        )
         stamp.write_text(wanted + "\n")
     else:
         session.log(f"reusing the shared environment {SHARED_ENV}")

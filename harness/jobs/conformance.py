@@ -1,7 +1,7 @@
 """The main job: run the conformance suites against each target and write one report.
 
     nemotron-vl-conformance [--target T ...] [--device cpu|cuda] [--out reports] [--jobs N]
-                            [-- extra pytest arguments]
+                            [--groups N] [-- extra pytest arguments]
 
 Without ``--target``, every available target runs: ``reference``, and ``vllm`` when vLLM is
 installed. Each target runs in its own pytest process (a ``vllm-file:`` target replaces modules
@@ -9,7 +9,10 @@ in ``sys.modules``, so targets never share a process), writing JUnit XML and per
 the report merges them into ``<out>/conformance.md`` and ``.json``. The targets run side by side,
 as many at once as there are cores (``--jobs N``; 1: one after the other), each with its share
 of the cores for torch's threads (``OMP_NUM_THREADS``, unless set); each line of their output
-then starts with the target's name.
+then starts with the target's name. Where there are more cores than targets, each target's
+checks also spread over ``--groups N`` processes at once, each a group of whole modules (so a
+process builds each model its modules need once; :mod:`harness.plugin.groups`), their results
+merged into the target's: the same checks, the same outcomes.
 
 Each process is supervised (:mod:`harness.jobs.supervisor`): a check has a time limit
 (``--check-timeout SECONDS``), the process group a memory limit (``--memory-limit GIB``); a check
@@ -36,7 +39,7 @@ from pathlib import Path
 from harness import ROOT
 from harness.checkpoints.cache import shared_folders
 from harness.jobs.report import TargetRun, build_report, exit_status, write_report
-from harness.jobs.results import ResultsError, read_results
+from harness.jobs.results import ResultsError, merge_groups, read_results, write_results
 from harness.jobs.supervisor import (
     DEFAULT_CHECK_TIMEOUT_S,
     DEFAULT_DERIVED_LIMIT_FACTOR,
@@ -46,6 +49,7 @@ from harness.jobs.supervisor import (
     Interrupt,
     Limits,
     Supervisor,
+    merge_supervised,
 )
 
 SUITE = "suites/conformance"
@@ -77,14 +81,68 @@ def run_target(
     limits: Limits,
     interrupt: Interrupt,
     label: str = "",
+    groups: int = 1,
 ) -> TargetRun:
+    """One target's suites, supervised; with ``groups`` > 1, as that many groups of whole
+    modules (``--check-group K/N``), each in its own supervised processes, side by side, their
+    results merged into the target's."""
     results_path = out_dir / f"results-{slug(selector)}.json"
-    progress_path = out_dir / f".progress-{slug(selector)}"
+    results_path.unlink(missing_ok=True)
+    if groups == 1:
+        return _run_group(selector, device, out_dir, extra, limits, interrupt, label, None)
+    with ThreadPoolExecutor(max_workers=groups) as pool:
+        parts = list(
+            pool.map(
+                lambda k: _run_group(
+                    selector,
+                    device,
+                    out_dir,
+                    extra,
+                    limits,
+                    interrupt,
+                    f"{label or selector} {k}/{groups}",
+                    (k, groups),
+                ),
+                range(1, groups + 1),
+            )
+        )
+    supervised = merge_supervised([p.supervised for p in parts if p.supervised is not None])
+    missing = [
+        f"group {k}/{groups}: {p.problem}" for k, p in enumerate(parts, 1) if p.results is None
+    ]
+    if missing:
+        return TargetRun(
+            selector,
+            supervised.exit_status,
+            None,
+            problem="; ".join(missing),
+            supervised=supervised,
+        )
+    results = merge_groups([p.results for p in parts if p.results is not None])
+    write_results(results_path, results)
+    return TargetRun(selector, supervised.exit_status, results, supervised=supervised)
+
+
+def _run_group(
+    selector: str,
+    device: str,
+    out_dir: Path,
+    extra: list[str],
+    limits: Limits,
+    interrupt: Interrupt,
+    label: str,
+    group: tuple[int, int] | None,
+) -> TargetRun:
+    """One supervised pytest process (and its restarts) for a target, or for one group of its
+    checks."""
+    name = slug(selector) + (f"-group-{group[0]}-of-{group[1]}" if group else "")
+    results_path = out_dir / f"results-{name}.json"
+    progress_path = out_dir / f".progress-{name}"
     results_path.unlink(missing_ok=True)
 
     def command(resume: bool) -> list[str]:
         # A resumed process writes its own JUnit file: the first one's is kept whole.
-        junit = out_dir / f"junit-{slug(selector)}{'-resumed' if resume else ''}.xml"
+        junit = out_dir / f"junit-{name}{'-resumed' if resume else ''}.xml"
         return [
             sys.executable,
             "-m",
@@ -99,11 +157,12 @@ def run_target(
             "no:cacheprovider",
             "-q",
             "-rfEX",
+            *([f"--check-group={group[0]}/{group[1]}"] if group else []),
             *(["--resume"] if resume else []),
             *extra,
         ]
 
-    print(f"\n=== conformance: {selector} ===\n$ {shlex.join(command(False))}", flush=True)
+    print(f"\n=== conformance: {label or selector} ===\n$ {shlex.join(command(False))}", flush=True)
     supervised = Supervisor(
         command,
         results=results_path,
@@ -187,6 +246,14 @@ def main(argv: list[str] | None = None) -> int:
         f"(default: {DEFAULT_DERIVED_LIMIT_FACTOR:g})",
     )
     parser.add_argument(
+        "--groups",
+        type=int,
+        default=None,
+        metavar="N",
+        help="processes per target, each running a group of whole modules at the same time "
+        "(default: the cores left over per target, at least 1)",
+    )
+    parser.add_argument(
         "--jobs",
         type=int,
         default=None,
@@ -198,12 +265,13 @@ def main(argv: list[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as e:
         return 0 if e.code == 0 else 2
-    if args.jobs is not None and args.jobs < 1:
-        print(
-            f"nemotron-vl-conformance: error: --jobs: expected at least 1, got {args.jobs}",
-            file=sys.stderr,
-        )
-        return 2
+    for flag, value in (("--jobs", args.jobs), ("--groups", args.groups)):
+        if value is not None and value < 1:
+            print(
+                f"nemotron-vl-conformance: error: {flag}: expected at least 1, got {value}",
+                file=sys.stderr,
+            )
+            return 2
     try:
         limits = Limits(
             args.check_timeout, args.memory_limit, args.max_restarts, args.derived_limit_factor
@@ -223,12 +291,14 @@ def main(argv: list[str] | None = None) -> int:
     targets = args.targets or available_targets()
     out_dir = args.out.resolve()
     out_dir.mkdir(parents=True, exist_ok=True)
-    jobs = args.jobs or max(1, min(len(targets), os.cpu_count() or 1))
-    if jobs > 1:
-        # Side by side, each target's processes get their share of the cores: torch's default
-        # of one OpenMP thread per core in each made two targets on 2 cores 3x slower than one
-        # after the other (measured: 326 s against 110 s).
-        share = str(max(1, (os.cpu_count() or 1) // jobs))
+    cores = os.cpu_count() or 1
+    jobs = args.jobs or max(1, min(len(targets), cores))
+    groups = args.groups or max(1, cores // jobs)
+    if jobs * groups > 1:
+        # Side by side, each process gets its share of the cores: torch's default of one
+        # OpenMP thread per core in each made two targets on 2 cores 3x slower than one after
+        # the other (measured: 326 s against 110 s).
+        share = str(max(1, cores // (jobs * groups)))
         for variable in THREAD_VARIABLES:
             os.environ.setdefault(variable, share)
     # Every target's processes, restarts included, read the checkpoint folders written once.
@@ -238,7 +308,9 @@ def main(argv: list[str] | None = None) -> int:
             if interrupt:
                 return TargetRun(selector, 2, None, problem="not run: the run was interrupted")
             label = selector if jobs > 1 else ""  # interleaved output says whose it is
-            return run_target(selector, args.device, out_dir, extra, limits, interrupt, label)
+            return run_target(
+                selector, args.device, out_dir, extra, limits, interrupt, label, groups
+            )
 
         # The targets' processes are independent: side by side they share the cores, and the
         # results are the same as one after the other.

@@ -202,3 +202,47 @@ def read_stopped_checks(path: Path) -> list[StoppedCheck]:
                 f"{check['outcome']!r}"
             )
     return cast(list[StoppedCheck], data)
+
+
+#: pytest's exit status when it collected no check: a check group may be empty.
+NO_CHECKS_COLLECTED = 5
+
+
+def merge_groups(parts: list[TargetResults]) -> TargetResults:
+    """One target's results from its check groups' (``--check-group K/N``, run side by side):
+    the checks of every group, the selected counts summed, complete when every group is, the
+    worst exit status, the deviations stale in every group that ran checks, the phases summed
+    (processes' seconds, not wall time)."""
+    if not parts:
+        raise ValueError("merge_groups: expected the results of at least one group, got none")
+    first = parts[0]
+    statuses = [part["exit_status"] for part in parts]
+    exit_status: int | None = None
+    if all(status is not None for status in statuses):
+        ran = [s for s in statuses if s is not None and s != NO_CHECKS_COLLECTED]
+        exit_status = max(ran) if ran else NO_CHECKS_COLLECTED
+    # A group that selected no check reports no stale entry: it saw none of them applied.
+    seen = [set(part["stale_deviations"]) for part in parts if part["selected"]]
+    stale = set.intersection(*seen) if seen else set()
+    build_timings: dict[str, dict[str, float]] = {}
+    for part in parts:
+        for name, steps in part["build_timings"].items():
+            build_timings.setdefault(name, steps)
+    merged = TargetResults(
+        schema_version=first["schema_version"],
+        target=first["target"],
+        device=first["device"],
+        exit_status=exit_status,
+        complete=all(part["complete"] for part in parts),
+        stopped="; ".join(part["stopped"] for part in parts if part["stopped"]),
+        selected=sum(part["selected"] for part in parts),
+        checks=[check for part in parts for check in part["checks"]],
+        stale_deviations=sorted(stale),
+        build_timings=build_timings,
+    )
+    phases = [part["phases"] for part in parts if "phases" in part]
+    if phases:
+        merged["phases"] = {
+            phase: round(sum(p.get(phase, 0.0) for p in phases), 2) for phase in PHASES
+        }
+    return merged

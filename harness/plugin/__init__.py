@@ -8,7 +8,8 @@ One module per concern, as pytest's own plugins are organised:
 - ``deviations``: a target's known deviations applied as strict xfails;
 - ``results``: per-check results written as JSON for the conformance report (the one writer of
   a check's result);
-- ``checkpoints``: one set of checkpoint folders for the run and the processes it starts.
+- ``checkpoints``: one set of checkpoint folders for the run and the processes it starts;
+- ``groups``: ``--check-group K/N``, one process's share of a target's checks (whole modules).
 
 May import: ``jobs`` (the results schema, the deviations file), ``targets``, ``inputs``,
 ``checkpoints``.
@@ -20,6 +21,7 @@ PLUGINS = (
     "harness.plugin.deviations",
     "harness.plugin.results",
     "harness.plugin.checkpoints",
+    "harness.plugin.groups",
 )
 
 pytest_plugins = list(PLUGINS)

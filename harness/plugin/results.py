@@ -33,6 +33,7 @@ from harness.jobs.results import (
     write_results,
 )
 from harness.plugin.deviations import is_check, stale_deviations
+from harness.plugin.groups import keep_group
 from harness.plugin.target import STOPPED_KEY, current_target, runs_on
 
 
@@ -69,7 +70,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    for option in ("--resume", "--stopped-checks", "--record-stopped-only"):
+    for option in ("--resume", "--stopped-checks", "--record-stopped-only", "--check-group"):
         if config.getoption(option) and not config.getoption("--results-json"):
             raise pytest.UsageError(f"{option}: expected --results-json PATH, got none")
     if config.getoption("--results-json"):
@@ -180,6 +181,7 @@ class ResultsRecorder:
     def pytest_collection_modifyitems(
         self, config: pytest.Config, items: list[pytest.Item]
     ) -> None:
+        keep_group(config, items)  # this process's share of the target's checks
         self.check_ids = {item.nodeid for item in items if is_check(item)}
         self.runs_on = {item.nodeid: runs_on(item) for item in items if is_check(item)}
         self.serving = {item.nodeid: serving_of(item) for item in items if is_check(item)}

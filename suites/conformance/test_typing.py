@@ -1,6 +1,8 @@
 """Typed input contracts, statically: typing cases checked by mypy's API (one run per target,
-a shared cache; for a ``vllm-file:`` target mypy reads the files given in place of the
-installed modules they replace, ``--shadow-file``). Files that must type-check (constructing
+a cache inside the Python environment, which ``nox`` warms when it builds the shared
+environment, so that no main job pays a cold mypy run over torch and vLLM; for a
+``vllm-file:`` target mypy reads the files given in place of the installed modules they
+replace, ``--shadow-file``). Files that must type-check (constructing
 each input kind, narrowing the parse result's unions, e.g. the video parser's
 pixel-or-embedding union) and files that must fail with a named mypy error code (wrong field,
 wrong union member, unchecked access)."""
@@ -8,6 +10,7 @@ wrong union member, unchecked access)."""
 from __future__ import annotations
 
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -15,6 +18,8 @@ import pytest
 pytestmark = pytest.mark.concern("typing")
 
 ROOT = Path(__file__).resolve().parents[2]
+#: Beside the installed packages it describes: rebuilt with the environment, kept with it.
+TYPING_CACHE = Path(sys.prefix) / "mypy-typing-cache"
 EXPECT = re.compile(r"# expect-error: (?P<code>[a-z-]+)\s*$")
 ERROR = re.compile(r"^(?P<path>[^:]+):(?P<line>\d+): error: .*\[(?P<code>[a-z-]+)\]$")
 
@@ -32,7 +37,7 @@ def mypy_errors(target) -> dict[str, list[tuple[int, str]]]:
             "--config-file",
             str(ROOT / "fixtures" / "typing" / "mypy.ini"),
             "--cache-dir",
-            str(ROOT / ".nox" / "mypy-typing-cache"),
+            str(TYPING_CACHE),
             "--show-error-codes",
             "--no-error-summary",
             "--hide-error-context",

@@ -1,0 +1,74 @@
+"""Check groups: one pytest process's share of a target's checks (``--check-group K/N``).
+
+The main job spreads a target's checks over N supervised processes at once. Each collects every
+check and keeps the modules of its group: whole modules, because a module's checks share its
+models and fixtures, so a process builds each model its modules need once. The modules are
+dealt out by :func:`assign_groups`, largest first to the group with the fewest checks so far,
+which every process computes the same from the same selection. The known deviations are
+applied before (every process sees every selected check's entry, so a stale entry is stale in
+each).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+
+import pytest
+
+GROUP = re.compile(r"^(?P<index>[0-9]+)/(?P<count>[0-9]+)$")
+
+
+def parse_group(text: str) -> tuple[int, int]:
+    """``"K/N"`` -> ``(K, N)``, 1 <= K <= N; a clear error naming the option otherwise."""
+    found = GROUP.match(text.strip())
+    if found is None:
+        raise pytest.UsageError(f"--check-group: expected K/N (e.g. 2/4), got {text!r}")
+    index, count = int(found["index"]), int(found["count"])
+    if not 1 <= index <= count:
+        raise pytest.UsageError(
+            f"--check-group: expected 1 <= K <= N, got K={index}, N={count} ({text!r})"
+        )
+    return index, count
+
+
+def assign_groups(checks_per_module: Mapping[str, int], count: int) -> dict[str, int]:
+    """Each module's group (1..count): the largest module first, each to the group with the
+    fewest checks so far (the lowest-numbered on a tie); ties between modules by name."""
+    load = [0] * count
+    group_of: dict[str, int] = {}
+    for module, checks in sorted(checks_per_module.items(), key=lambda kv: (-kv[1], kv[0])):
+        group = min(range(count), key=lambda g: (load[g], g))
+        group_of[module] = group + 1
+        load[group] += checks
+    return group_of
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.getgroup("nemotron-vl").addoption(
+        "--check-group",
+        default=None,
+        metavar="K/N",
+        help="run the K-th of N groups of whole modules (the main job's processes per target)",
+    )
+
+
+def keep_group(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Keep the items of this process's group, deselecting the others. Called by the results
+    plugin once every other selection (``-k``, ``-m``) is made, so that the groups share out
+    what was selected, and before it counts the checks this process runs."""
+    option = config.getoption("--check-group")
+    if option is None:
+        return
+    index, count = parse_group(str(option))
+    per_module: dict[str, int] = {}
+    for item in items:
+        module = item.nodeid.split("::", 1)[0]
+        per_module[module] = per_module.get(module, 0) + 1
+    group_of = assign_groups(per_module, count)
+    mine = [item for item in items if group_of[item.nodeid.split("::", 1)[0]] == index]
+    kept = set(mine)
+    others = [item for item in items if item not in kept]
+    if others:
+        items[:] = mine
+        config.hook.pytest_deselected(items=others)
