@@ -28,6 +28,7 @@ crashed, restarts that ran out, an interrupted run.
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import re
 import shlex
@@ -88,21 +89,13 @@ def run_target(
     results merged into the target's."""
     results_path = out_dir / f"results-{slug(selector)}.json"
     results_path.unlink(missing_ok=True)
+    run_group = functools.partial(_run_group, selector, device, out_dir, extra, limits, interrupt)
     if groups == 1:
-        return _run_group(selector, device, out_dir, extra, limits, interrupt, label, None)
+        return run_group(label, None)
     with ThreadPoolExecutor(max_workers=groups) as pool:
         parts = list(
             pool.map(
-                lambda k: _run_group(
-                    selector,
-                    device,
-                    out_dir,
-                    extra,
-                    limits,
-                    interrupt,
-                    f"{label or selector} {k}/{groups}",
-                    (k, groups),
-                ),
+                lambda k: run_group(f"{label or selector} {k}/{groups}", (k, groups)),
                 range(1, groups + 1),
             )
         )
