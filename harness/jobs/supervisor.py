@@ -67,8 +67,10 @@ DEFAULT_MAX_RESTARTS = 5
 #: ``--derived-limit-factor``), never below :data:`DERIVED_LIMIT_FLOOR_S` nor above
 #: ``--check-timeout``. A fault on a path many checks share (a parser that loops) then costs one
 #: full limit and a short one per check after it.
-DEFAULT_DERIVED_LIMIT_FACTOR = 2.0
-DERIVED_LIMIT_FLOOR_S = 15.0
+DEFAULT_DERIVED_LIMIT_FACTOR = 2.5
+#: The floor stands for the first check of a restarted process, which builds its models again
+#: (measured: 10 to 15 s on a loaded 2-core machine; a floor of 15 s killed such a check).
+DERIVED_LIMIT_FLOOR_S = 30.0
 POLL_S = 0.05
 KILL_GRACE_S = 5.0
 TAIL_LINES = 40
