@@ -36,6 +36,7 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from importlib import metadata
 from pathlib import Path
+from xml.etree import ElementTree
 
 from harness import ROOT
 from harness.checkpoints.cache import shared_folders
@@ -113,7 +114,29 @@ def run_target(
         )
     results = merge_groups([p.results for p in parts if p.results is not None])
     write_results(results_path, results)
+    merge_junit(
+        [
+            out_dir / f"junit-{slug(selector)}-group-{k}-of-{groups}.xml"
+            for k in range(1, groups + 1)
+        ],
+        out_dir / f"junit-{slug(selector)}.xml",
+    )
     return TargetRun(selector, supervised.exit_status, results, supervised=supervised)
+
+
+def merge_junit(parts: list[Path], out: Path) -> None:
+    """The groups' JUnit files as the target's one: their ``<testsuite>`` elements under one
+    ``<testsuites>`` (a file a group never wrote, or cannot be read, is left out; its checks are
+    in the results and the report)."""
+    root = ElementTree.Element("testsuites")
+    for part in parts:
+        try:
+            tree = ElementTree.parse(part)
+        except (OSError, ElementTree.ParseError):
+            continue
+        top = tree.getroot()
+        root.extend([top] if top.tag == "testsuite" else list(top))
+    ElementTree.ElementTree(root).write(out, encoding="utf-8", xml_declaration=True)
 
 
 def _run_group(

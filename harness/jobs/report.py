@@ -435,8 +435,8 @@ def _phase_section(targets: list[dict[str, Any]], report_s: float | None) -> lis
         return []
     lines = [
         "",
-        "Where the time went (seconds; a target's processes summed over restarts, wall time as "
-        "the supervisor saw it):",
+        "Where the time went (seconds; a target's processes summed over restarts and over the "
+        "groups that ran side by side, wall time as the supervisor saw it):",
         "",
         "| target | " + " | ".join(_PHASE_HEADS.values()) + " | wall |",
         "|---" * (len(_PHASE_HEADS) + 2) + "|",

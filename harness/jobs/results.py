@@ -73,7 +73,8 @@ class TargetResults(TypedDict):
     checks: list[CheckResult]
     stale_deviations: list[str]
     build_timings: dict[str, dict[str, float]]
-    #: seconds per phase of the target's processes, summed over restarts (:data:`PHASES`)
+    #: seconds per phase of the target's processes, summed over restarts and check groups
+    #: (:data:`PHASES`)
     phases: NotRequired[dict[str, float]]
 
 

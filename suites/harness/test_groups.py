@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 from typing import Any
+from xml.etree import ElementTree
 
 import pytest
 
@@ -134,6 +135,9 @@ def test_the_same_checks_and_outcomes_in_groups_as_in_one_process(tmp_path):
     assert outcomes(grouped) == outcomes(alone)
     (one,), (three,) = alone["targets"], grouped["targets"]
     assert three["summary"] == one["summary"]
+    # One JUnit file for the target, as without groups: every group's test cases.
+    junit = ElementTree.parse(tmp_path / "three" / "junit-reference.xml").getroot()
+    assert len(junit.findall("./testsuite/testcase")) == len(outcomes(alone))
     # Three processes ran, each the whole modules assign_groups gives it for the selection.
     per_module: dict[str, int] = {}
     for check in outcomes(alone):

@@ -111,6 +111,7 @@ def test_runner_writes_the_report_and_exits_0_on_reference(tmp_path):
             "reference",
             "--out",
             str(tmp_path),
+            "--groups=1",  # one process: its phases add up within the wall time
             "--",
             "-k",
             "pass_through_verbatim",
