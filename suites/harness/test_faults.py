@@ -96,6 +96,9 @@ def main_job_command(
         str(out),
         f"--check-timeout={CHECK_TIMEOUT_S}",
         f"--memory-limit={MEMORY_LIMIT_GIB}",
+        # One process per target: the incidents the tests count are one supervisor's (with
+        # groups, a group the fault never reaches may still be running when it is stopped).
+        "--groups=1",
         *options,
         "--",
         "-k",
