@@ -62,8 +62,9 @@ class Contexts:
             self.cov.switch_context(self.stack[-1] if self.stack else self.check)
 
 
-def patch_builds(contexts: Contexts) -> None:
-    """Every model the vLLM target builds and shares, under a build context of its own."""
+def patch_builds(contexts: Contexts, patch: pytest.MonkeyPatch) -> None:
+    """Every model the vLLM target builds and shares, under a build context of its own, for as
+    long as ``patch`` holds."""
     from harness.targets.vllm.target import VllmTarget
 
     build_model = VllmTarget.build_model
@@ -79,8 +80,8 @@ def patch_builds(contexts: Contexts) -> None:
         key = repr(("fresh", spec, text_only))
         return contexts.around_build(key, lambda: fresh_model(self, spec, text_only))
 
-    VllmTarget.build_model = counted_build  # type: ignore[method-assign]
-    VllmTarget.fresh_model = counted_fresh  # type: ignore[method-assign]
+    patch.setattr(VllmTarget, "build_model", counted_build)
+    patch.setattr(VllmTarget, "fresh_model", counted_fresh)
 
 
 def measure_here(out: Path, suites: tuple[str, ...] = SUITES) -> int:
@@ -93,11 +94,12 @@ def measure_here(out: Path, suites: tuple[str, ...] = SUITES) -> int:
     contexts = Contexts(cov)
     cov.start()
     try:
-        patch_builds(contexts)
-        status = pytest.main(
-            [*suites, "--target=vllm", "-p", "no:cacheprovider", "-q", "--no-header"],
-            plugins=[contexts],
-        )
+        with pytest.MonkeyPatch.context() as patch:
+            patch_builds(contexts, patch)
+            status = pytest.main(
+                [*suites, "--target=vllm", "-p", "no:cacheprovider", "-q", "--no-header"],
+                plugins=[contexts],
+            )
     finally:
         cov.stop()
     if status not in (0, 1):  # 1: a check failed, which a reach map does not depend on
