@@ -8,7 +8,8 @@ installed. Each target runs in its own pytest process (a ``vllm-file:`` target r
 in ``sys.modules``, so targets never share a process), writing JUnit XML and per-check results;
 the report merges them into ``<out>/conformance.md`` and ``.json``. The targets run side by side,
 as many at once as there are cores (``--jobs N``; 1: one after the other), each with its share
-of the cores for torch's threads (``OMP_NUM_THREADS``, unless set); each line of their output
+of the cores for torch's threads (``OMP_NUM_THREADS``, unless set), and a process that ends
+hands its cores to those still running (:mod:`harness.jobs.cores`); each line of their output
 then starts with the target's name. Where there are more cores than targets, each target's
 checks also spread over ``--groups N`` processes at once, each a group of whole modules (so a
 process builds each model its modules need once; :mod:`harness.plugin.groups`), their results
@@ -28,11 +29,13 @@ crashed, restarts that ran out, an interrupted run.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import os
 import re
 import shlex
 import sys
+import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from importlib import metadata
 from pathlib import Path
@@ -40,6 +43,7 @@ from xml.etree import ElementTree
 
 from harness import ROOT
 from harness.checkpoints.cache import shared_folders
+from harness.jobs.cores import CoreShare
 from harness.jobs.report import TargetRun, build_report, exit_status, write_report
 from harness.jobs.results import ResultsError, merge_groups, read_results, write_results
 from harness.jobs.supervisor import (
@@ -84,13 +88,16 @@ def run_target(
     interrupt: Interrupt,
     label: str = "",
     groups: int = 1,
+    cores: CoreShare | None = None,
 ) -> TargetRun:
     """One target's suites, supervised; with ``groups`` > 1, as that many groups of whole
     modules (``--check-group K/N``), each in its own supervised processes, side by side, their
     results merged into the target's."""
     results_path = out_dir / f"results-{slug(selector)}.json"
     results_path.unlink(missing_ok=True)
-    run_group = functools.partial(_run_group, selector, device, out_dir, extra, limits, interrupt)
+    run_group = functools.partial(
+        _run_group, selector, device, out_dir, extra, limits, interrupt, cores=cores
+    )
     if groups == 1:
         return run_group(label, None)
     with ThreadPoolExecutor(max_workers=groups) as pool:
@@ -148,9 +155,10 @@ def _run_group(
     interrupt: Interrupt,
     label: str,
     group: tuple[int, int] | None,
+    cores: CoreShare | None = None,
 ) -> TargetRun:
     """One supervised pytest process (and its restarts) for a target, or for one group of its
-    checks."""
+    checks; its cores handed to the others when it ends (``cores``)."""
     name = slug(selector) + (f"-group-{group[0]}-of-{group[1]}" if group else "")
     results_path = out_dir / f"results-{name}.json"
     progress_path = out_dir / f".progress-{name}"
@@ -174,20 +182,22 @@ def _run_group(
             "-q",
             "-rfEX",
             *([f"--check-group={group[0]}/{group[1]}"] if group else []),
+            *([f"--core-share-file={cores.path}"] if cores else []),
             *(["--resume"] if resume else []),
             *extra,
         ]
 
     print(f"\n=== conformance: {label or selector} ===\n$ {shlex.join(command(False))}", flush=True)
-    supervised = Supervisor(
-        command,
-        results=results_path,
-        progress=progress_path,
-        limits=limits,
-        cwd=ROOT,
-        interrupt=interrupt,
-        label=label,
-    ).run()
+    with cores.held() if cores is not None else contextlib.nullcontext():
+        supervised = Supervisor(
+            command,
+            results=results_path,
+            progress=progress_path,
+            limits=limits,
+            cwd=ROOT,
+            interrupt=interrupt,
+            label=label,
+        ).run()
     progress_path.unlink(missing_ok=True)
     status = supervised.exit_status
     if not results_path.is_file():
@@ -310,22 +320,45 @@ def main(argv: list[str] | None = None) -> int:
     cores = os.cpu_count() or 1
     jobs = args.jobs or max(1, min(len(targets), cores))
     groups = args.groups or max(1, cores // jobs)
+    set_here: set[str] = set()
     if jobs * groups > 1:
         # Side by side, each process gets its share of the cores: torch's default of one
         # OpenMP thread per core in each made two targets on 2 cores 3x slower than one after
         # the other (measured: 326 s against 110 s).
         share = str(max(1, cores // (jobs * groups)))
         for variable in THREAD_VARIABLES:
-            os.environ.setdefault(variable, share)
+            if variable not in os.environ:
+                os.environ[variable] = share
+                set_here.add(variable)
     # Every target's processes, restarts included, read the checkpoint folders written once.
-    with shared_folders(), Interrupt().installed() as interrupt:
+    with (
+        shared_folders(),
+        Interrupt().installed() as interrupt,
+        tempfile.TemporaryDirectory(prefix="nemotron-vl-cores-") as cores_dir,
+    ):
+        # A process that ends hands its cores to those still running (unless the thread count
+        # was set by the caller, whose setting stands).
+        user_threads = any(v in os.environ for v in THREAD_VARIABLES if v not in set_here)
+        cores_share = (
+            CoreShare(cores, Path(cores_dir) / "share")
+            if jobs * groups > 1 and not user_threads
+            else None
+        )
 
         def run(selector: str) -> TargetRun:
             if interrupt:
                 return TargetRun(selector, 2, None, problem="not run: the run was interrupted")
             label = selector if jobs > 1 else ""  # interleaved output says whose it is
             return run_target(
-                selector, args.device, out_dir, extra, limits, interrupt, label, groups
+                selector,
+                args.device,
+                out_dir,
+                extra,
+                limits,
+                interrupt,
+                label,
+                groups,
+                cores=cores_share,
             )
 
         # The targets' processes are independent: side by side they share the cores, and the

@@ -9,7 +9,9 @@ One module per concern, as pytest's own plugins are organised:
 - ``results``: per-check results written as JSON for the conformance report (the one writer of
   a check's result);
 - ``checkpoints``: one set of checkpoint folders for the run and the processes it starts;
-- ``groups``: ``--check-group K/N``, one process's share of a target's checks (whole modules).
+- ``groups``: ``--check-group K/N``, one process's share of a target's checks (whole modules);
+- ``cores``: ``--core-share-file PATH``, torch's threads following the main job's share of the
+  cores as its processes end.
 
 May import: ``jobs`` (the results schema, the deviations file), ``targets``, ``inputs``,
 ``checkpoints``.
@@ -22,6 +24,7 @@ PLUGINS = (
     "harness.plugin.results",
     "harness.plugin.checkpoints",
     "harness.plugin.groups",
+    "harness.plugin.cores",
 )
 
 pytest_plugins = list(PLUGINS)

@@ -1,0 +1,108 @@
+"""The main job's cores handed on as its processes end (:mod:`harness.jobs.cores`): the share
+each running process may use, and a process's torch threads following it between checks
+(:mod:`harness.plugin.cores`)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from contextlib import ExitStack
+
+import pytest
+
+from harness.jobs.cores import CoreShare, read_share
+from suites.harness.helpers import ROOT, one_thread_env
+
+
+def test_the_share_is_the_cores_over_the_processes_running(tmp_path):
+    path = tmp_path / "share"
+    cores = CoreShare(4, path)
+    seen = [read_share(path)]  # none running yet: all 4
+    with ExitStack() as stack:
+        for _ in range(3):
+            stack.enter_context(cores.held())
+            seen.append(read_share(path))
+        with cores.held():
+            seen.append(read_share(path))  # 4 running
+        seen.append(read_share(path))  # 3 again
+    seen.append(read_share(path))  # all ended
+    # By hand: 4 // 1, 4 // 2, 4 // 3, 4 // 4, 4 // 3, and never below 1.
+    assert seen == [4, 4, 2, 1, 1, 1, 4]
+    two = CoreShare(2, tmp_path / "two")
+    with two.held(), two.held(), two.held():
+        assert read_share(two.path) == 1  # 3 processes on 2 cores: one thread each, not 0
+
+
+def test_a_process_that_fails_still_hands_its_cores_on(tmp_path):
+    cores = CoreShare(2, tmp_path / "share")
+    with cores.held():
+        with pytest.raises(RuntimeError), cores.held():
+            raise RuntimeError("the supervisor failed")
+        assert read_share(cores.path) == 2
+
+
+@pytest.mark.parametrize("text", ["", "two", "0", "-1", "1.5"])
+def test_a_share_file_without_a_positive_count_is_ignored(tmp_path, text):
+    (tmp_path / "share").write_text(text)
+    assert read_share(tmp_path / "share") is None
+    assert read_share(tmp_path / "missing") is None
+
+
+def test_no_cores_is_refused_naming_the_field(tmp_path):
+    with pytest.raises(ValueError, match=r"CoreShare.cores: expected at least 1, got 0"):
+        CoreShare(0, tmp_path / "share")
+
+
+def test_a_process_threads_follow_the_share_between_checks(tmp_path):
+    share = tmp_path / "share"
+    share.write_text("1\n")
+    (tmp_path / "test_threads.py").write_text(
+        textwrap.dedent(
+            f"""
+            from pathlib import Path
+
+            import torch
+
+            SHARE = Path({str(share)!r})
+
+
+            def test_first():
+                assert torch.get_num_threads() == 1
+                SHARE.write_text("2\\n")  # a sibling process ended
+
+
+            def test_second():
+                assert torch.get_num_threads() == 2
+                SHARE.write_text("nonsense\\n")
+
+
+            def test_third():
+                assert torch.get_num_threads() == 2  # kept: no count in the file
+            """
+        )
+    )
+    env = one_thread_env()
+    env["PYTHONPATH"] = str(ROOT)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "harness.plugin.cores",
+            "-p",
+            "no:cacheprovider",
+            f"--core-share-file={share}",
+            "-q",
+            "test_threads.py",
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "3 passed" in proc.stdout
