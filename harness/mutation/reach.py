@@ -14,8 +14,15 @@ against every check that reads the loaded weights, not just the one that happene
 
     nemotron-vl-reach [--out reports/mutation-reach.json] [--suites PATH ...]
 
+Functions vLLM wraps in ``torch.compile`` (the processor's resize and normalisation, Parakeet's
+mel steps) run as a graph traced from their source, and coverage.py never sees a traced line run:
+measured as they are served, they would look unreached and their mutants would count as survivors
+without a run. The map is therefore measured with compilation off (:data:`MEASURING_ENV`): their
+lines run as Python, the same lines the graph is traced from, under the checks that call them.
+
 The map is written with a fingerprint of what it depends on (the installed scope files, the
-suites, the harness); the mutation score measures it again when the fingerprint changed.
+suites, the harness, how it was measured); the mutation score measures it again when the
+fingerprint changed.
 Measuring takes one run of the conformance suites against vLLM under coverage (about 3 minutes
 on a 2-core machine).
 """
@@ -56,6 +63,13 @@ UNFINGERPRINTED = (
     "harness/mutation",
     "harness/gpu",
     "fixtures/mutation_survivors.toml",
+)
+#: The measuring process's environment, over the caller's (see the module's docstring).
+MEASURING_ENV = {"TORCH_COMPILE_DISABLE": "1"}
+#: How the map is measured: part of its fingerprint, so that a map measured otherwise is measured
+#: again.
+METHOD = "coverage.py, a context per check and per model build; " + repr(
+    sorted(MEASURING_ENV.items())
 )
 
 
@@ -133,6 +147,7 @@ def fingerprint(suites: tuple[str, ...] = SUITES, scope: tuple[ScopeFile, ...] =
     """A digest of what the map depends on: the suites it ran, the installed scope files and
     our trees."""
     digest = hashlib.sha256(repr(suites).encode())
+    digest.update(METHOD.encode())
     for entry in scope:
         digest.update(str(entry.file).encode())
         digest.update(installed_file(entry.file).read_bytes())
@@ -281,7 +296,7 @@ def measure(out: Path = REACH_FILE, suites: tuple[str, ...] = SUITES) -> Reach:
         *suites,
     ]
     print(f"[reach] measuring what the suites reach: {' '.join(command)}", flush=True)
-    done = subprocess.run(command, cwd=ROOT, check=False)
+    done = subprocess.run(command, cwd=ROOT, env={**os.environ, **MEASURING_ENV}, check=False)
     if done.returncode != 0:
         raise ReachError(
             f"measuring the reach map failed (exit status {done.returncode}); its output is above"
@@ -383,6 +398,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
     if args.in_this_process:
+        os.environ.update(MEASURING_ENV)  # before torch is imported: it reads it once
         from harness.mutation.reach_measure import measure_here
 
         return measure_here(args.out.resolve(), tuple(args.suites))

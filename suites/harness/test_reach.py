@@ -4,6 +4,8 @@ check that used the build, and the scope it is measured over."""
 from __future__ import annotations
 
 import importlib.util
+import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +15,7 @@ import pytest
 
 from harness.model_files import EVS_FILE, MODEL_FILE, NEMOTRON_H_FILE
 from harness.mutation.reach import (
+    MEASURING_ENV,
     SCOPE,
     Reach,
     ReachError,
@@ -76,6 +79,60 @@ def test_a_builds_lines_count_for_every_check_that_used_it(tmp_path):
     got = attribute_lines(by_line, {"a": 0, "b": 1}, contexts.users)
     assert got == {2: [0, 1], 3: [0, 1], 7: [1]}
     assert set(contexts.seconds) == {"a", "b"}
+
+
+COMPILED = """\
+import torch
+
+
+@torch.compile(backend="eager", dynamic=True)
+def scale(x):
+    y = x * 2
+    return y + 1
+"""
+
+COVER_COMPILED = """\
+import importlib.util, json, sys
+import coverage
+import torch
+
+cov = coverage.Coverage(data_file=None, include=[sys.argv[1]])
+cov.start()
+spec = importlib.util.spec_from_file_location("compiled", sys.argv[1])
+module = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(module)
+module.scale(torch.ones(3))
+cov.stop()
+print(json.dumps(sorted(cov.get_data().lines(sys.argv[1]))))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("measuring", [True, False], ids=["as-measured", "compiled"])
+def test_a_compiled_functions_lines_are_seen_only_as_the_map_is_measured(tmp_path, measuring):
+    """A function in ``torch.compile`` runs as a traced graph: coverage.py sees its body's lines
+    (6 and 7) only under the measuring environment; compiled, the map would call them unreached.
+    The control (compiled) proves the premise, so that the measuring setting stays needed."""
+    (tmp_path / "compiled.py").write_text(COMPILED)
+    (tmp_path / "cover.py").write_text(COVER_COMPILED)
+    env = {k: v for k, v in os.environ.items() if k not in MEASURING_ENV}
+    done = subprocess.run(
+        [sys.executable, str(tmp_path / "cover.py"), str(tmp_path / "compiled.py")],
+        env={**env, **MEASURING_ENV} if measuring else env,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    body = {6, 7} & set(json.loads(done.stdout.strip().splitlines()[-1]))
+    assert body == ({6, 7} if measuring else set())
+
+
+def test_how_the_map_is_measured_is_part_of_its_fingerprint(monkeypatch):
+    before = fingerprint(("suites/conformance/test_metadata.py",))
+    monkeypatch.setattr("harness.mutation.reach.METHOD", "another way")
+    assert fingerprint(("suites/conformance/test_metadata.py",)) != before
 
 
 def test_lines_outside_every_check_have_none():
