@@ -26,12 +26,17 @@ reaches.
     nemotron-vl-mutation-score --recheck      # the survivors against every suite
     nemotron-vl-mutation-score --shard K/N    # every N-th sampled mutant from the K-th
     nemotron-vl-mutation-score --merge reports/mutation-runs-*-of-N.jsonl
+    nemotron-vl-mutation-score --fresh --from-report reports/mutation.json  # after a new map
 
 A shard keeps its runs in ``reports/mutation-runs-K-of-N.jsonl`` (its first line names the
 shard, the sample, the seed and the reach map's fingerprint, which every shard must share) and
 its report in ``reports/mutation-K-of-N.{md,json}``;
 ``--merge`` checks the N shards are one sweep and writes the report of the whole sample, the
 same an unsharded run writes (the wall times summed).
+
+After the reach map changes (a check added, or the map measured another way), ``--from-report``
+goes on from the committed report instead of sampling anew: its results are kept, and only the
+mutants it recorded unreached that the map now reaches are run.
 
 Resumable: each finished mutant is appended to ``reports/mutation-runs.jsonl``; a later run skips
 those (same sample and seed) unless ``--fresh``. Writes ``reports/mutation.{md,json}``.
@@ -227,6 +232,46 @@ def _run_sample(
             f.write(json.dumps(row) + "\n")
         status = row["recheck"]["status"] if recheck else row["status"]
         print(f"[mutation] {count}/{len(jobs)} {status}: {run.key}", flush=True)
+
+
+#: What a runs file row holds (a report's row adds where the mutant is and its classification).
+RUN_FIELDS = ("id", "status", "unreached", "exit", "killed_by", "reason", "checks", "wall_s")
+
+
+def runs_from_report(
+    report: dict[str, Any], mutants: list[AstMutant], reach: Reach, *, sample_size: int, seed: int
+) -> tuple[dict[str, dict[str, Any]], list[str]]:
+    """An earlier report's runs to go on from (``--from-report``): every mutant that ran keeps
+    its result (and its recheck); one recorded unreached is kept only while no check of
+    ``reach`` executes its line, else it is left out to run now. Returns the runs by id and
+    the ids left out. :class:`ValueError` names a report of another sample or seed, or one
+    whose mutants are not this sample's."""
+    for field, want in (("seed", seed), ("sampled", sample_size)):
+        if report.get(field) != want:
+            raise ValueError(
+                f"--from-report: the report's {field} is {report.get(field)!r}, expected {want}"
+                " (give the same --sample and --seed)"
+            )
+    by_id = {mutant.id: mutant for mutant in mutants}
+    runs: dict[str, dict[str, Any]] = {}
+    again: list[str] = []
+    for row in report.get("mutants", []):
+        mutant = by_id.get(row.get("id", ""))
+        if mutant is None:
+            raise ValueError(
+                f"--from-report: mutant {row.get('id')!r} is not in this sample: the report "
+                "was drawn from other candidates (another vLLM or mutator)"
+            )
+        if row.get("status") == "not run":
+            continue
+        if row.get("unreached") and checks_of(reach, mutant):
+            again.append(mutant.id)
+            continue
+        runs[mutant.id] = {
+            **{k: row[k] for k in RUN_FIELDS if k in row},
+            **({"recheck": row["recheck"]} if "recheck" in row else {}),
+        }
+    return runs, again
 
 
 def _read_runs(path: Path = RUNS_FILE) -> tuple[dict[str, dict[str, Any]], float]:
@@ -463,6 +508,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--remeasure", action="store_true", help="measure the reach map even when it is current"
     )
+    parser.add_argument(
+        "--from-report",
+        type=Path,
+        metavar="JSON",
+        help="go on from an earlier report of the same sample and seed (its runs file gone): its "
+        "mutants' results are kept, except those it recorded unreached that the current reach "
+        "map reaches, which run now",
+    )
     args = parser.parse_args(argv)
     if args.sample < 1 or args.parallel < 1:
         parser.error("--sample and --parallel: expected positive numbers")
@@ -514,6 +567,35 @@ def main(argv: list[str] | None = None) -> int:
             }
             runs_file.write_text(json.dumps(sweep) + "\n")
         done, wall = _read_runs(runs_file)
+        if args.from_report is not None:
+            if shard != WHOLE:
+                print("error: --from-report: not with --shard (go on unsharded)", file=sys.stderr)
+                return 2
+            if done:
+                print(
+                    f"error: --from-report: {runs_file} already holds runs; add --fresh to "
+                    "start from the report instead",
+                    file=sys.stderr,
+                )
+                return 2
+            try:
+                previous = json.loads(args.from_report.read_text())
+                done, again = runs_from_report(
+                    previous, mutants, reach, sample_size=args.sample, seed=seed
+                )
+            except (OSError, json.JSONDecodeError, ValueError) as e:
+                print(f"error: {e}", file=sys.stderr)
+                return 2
+            wall = float(previous.get("wall_s", 0.0))
+            with runs_file.open("a") as f:
+                for row in done.values():
+                    f.write(json.dumps(row) + "\n")
+                f.write(json.dumps({"session_wall_s": wall}) + "\n")
+            print(
+                f"[mutation] from {args.from_report}: {len(done)} results kept, "
+                f"{len(again)} unreached mutants the reach map now reaches run again",
+                flush=True,
+            )
         if not args.report_only:
             started = time.perf_counter()
             with tempfile.TemporaryDirectory(prefix="mutation-") as tmp, shared_folders():

@@ -75,3 +75,49 @@ def test_unreached_mutants_count_as_survivors_in_the_score():
     assert report["mean_checks_per_run"] == 3.0
     verdicts = [r.get("classification", {}).get("verdict") for r in report["mutants"]]
     assert verdicts == [None, None, "unclassified", "unreached"]
+
+
+def report_of(rows: list[dict[str, object]], *, sampled: int, seed: int = 0) -> dict[str, object]:
+    return {"seed": seed, "sampled": sampled, "wall_s": 30.0, "mutants": rows}
+
+
+def test_going_on_from_a_report_runs_only_the_unreached_mutants_now_reached():
+    """Line 2 is reached in the new map, line 3 still by no check: of four mutants, the killed
+    one and the survivor keep their results (the survivor its recheck), the unreached one on
+    line 2 runs again, the one on line 3 stays unreached."""
+    line_2 = [m for m in mutants() if m.line == 2]
+    line_3 = [m for m in mutants() if m.line == 3]
+    chosen = [line_2[0], line_2[1], line_2[2], line_3[0]]
+    recheck = {"status": "survived", "killed_by": [], "reason": ""}
+    rows: list[dict[str, object]] = [
+        {"id": chosen[0].id, "status": "killed", "killed_by": ["c"], "checks": 2, "wall_s": 3.0},
+        {"id": chosen[1].id, "status": "survived", "checks": 2, "recheck": recheck},
+        {**score._unreached_row(chosen[2]), "function": "f", "classification": {}},
+        score._unreached_row(chosen[3]),
+    ]
+    runs, again = score.runs_from_report(
+        report_of(rows, sampled=4), chosen, reach_of({2: [1]}), sample_size=4, seed=0
+    )
+    assert again == [chosen[2].id]
+    assert list(runs) == [chosen[0].id, chosen[1].id, chosen[3].id]
+    assert runs[chosen[0].id] == rows[0]
+    assert runs[chosen[1].id]["recheck"] == recheck
+    assert runs[chosen[3].id]["unreached"] is True
+    assert "function" not in runs[chosen[3].id]  # a report's own fields are not a run's
+
+
+@pytest.mark.parametrize(
+    ("report", "words"),
+    [
+        (report_of([], sampled=4, seed=1), "the report's seed is 1, expected 0"),
+        (report_of([], sampled=5), "the report's sampled is 5, expected 4"),
+        (
+            report_of([{"id": "models/other:g:1:0:constant:0", "status": "killed"}], sampled=4),
+            "mutant 'models/other:g:1:0:constant:0' is not in this sample",
+        ),
+    ],
+)
+def test_a_report_of_another_sample_is_refused_naming_what_differs(report, words):
+    with pytest.raises(ValueError, match="--from-report") as raised:
+        score.runs_from_report(report, mutants()[:4], reach_of({}), sample_size=4, seed=0)
+    assert words in str(raised.value)
