@@ -11,6 +11,8 @@ constructor's and the loader's lines run in the first such check only. The measu
 runs each build under a context of its own, records which checks asked for which build, and
 counts a build's lines as executed by every check that used it: a mutant of ``load_weights`` runs
 against every check that reads the loaded weights, not just the one that happened to build them.
+A function cached with functools (Parakeet's mel filters and window) is the same case: its body
+runs once per process, so the measurement empties such caches as each check starts.
 
     nemotron-vl-reach [--out reports/mutation-reach.json] [--suites PATH ...]
 
@@ -68,8 +70,9 @@ UNFINGERPRINTED = (
 MEASURING_ENV = {"TORCH_COMPILE_DISABLE": "1"}
 #: How the map is measured: part of its fingerprint, so that a map measured otherwise is measured
 #: again.
-METHOD = "coverage.py, a context per check and per model build; " + repr(
-    sorted(MEASURING_ENV.items())
+METHOD = (
+    "coverage.py, a context per check and per model build; functools caches emptied per check; "
+    + repr(sorted(MEASURING_ENV.items()))
 )
 
 

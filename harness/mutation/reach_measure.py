@@ -3,8 +3,10 @@
 Run as ``nemotron-vl-reach --in-this-process`` by :func:`harness.mutation.reach.measure`.
 
 One coverage context per check (its set-up, call and teardown), one per model build; a build's
-lines count for every check that asked for that build. Run in a process of its own: it builds
-models, which the mutation runner's process must not hold before it forks.
+lines count for every check that asked for that build. The scope's functools caches are emptied
+as each check starts, so that a cached function's lines count for every check that calls it.
+Run in a process of its own: it builds models, which the mutation runner's process must not hold
+before it forks.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any
 
@@ -31,8 +33,11 @@ class Contexts:
     """Switches coverage's context as checks start and builds run; records who used which
     build and how long each check took."""
 
-    def __init__(self, cov: coverage.Coverage) -> None:
+    def __init__(
+        self, cov: coverage.Coverage, clear_caches: Callable[[], object] = lambda: None
+    ) -> None:
         self.cov = cov
+        self.clear_caches = clear_caches
         self.check = ""
         self.started = 0.0
         self.seconds: dict[str, float] = {}
@@ -41,6 +46,7 @@ class Contexts:
         self.stack: list[str] = []
 
     def pytest_runtest_logstart(self, nodeid: str) -> None:
+        self.clear_caches()
         self.check, self.started = nodeid, time.perf_counter()
         self.cov.switch_context(nodeid)
 
@@ -60,6 +66,36 @@ class Contexts:
         finally:
             self.stack.pop()
             self.cov.switch_context(self.stack[-1] if self.stack else self.check)
+
+
+def clear_caches_of(files: Collection[str]) -> int:
+    """Empty every functools cache (``@cache``, ``@lru_cache``) whose function is defined in
+    ``files``, among the modules loaded now, at module level or in a class; the number emptied.
+
+    Called as each check starts: a cached function's body then runs in every check that calls
+    it, not only in the first one of the process, and its lines are each such check's. (Parakeet's
+    mel filters and window are cached: measured without this, one check of 55 that use them was
+    credited, and their mutants ran against that one alone.)"""
+    wanted = {os.path.realpath(f) for f in files}
+    emptied = 0
+    for module in list(sys.modules.values()):
+        path = getattr(module, "__file__", None)
+        if not path or os.path.realpath(path) not in wanted:
+            continue
+        for value in list(vars(module).values()):
+            members = list(vars(value).values()) if isinstance(value, type) else []
+            for candidate in (value, *members):
+                function = getattr(candidate, "__func__", candidate)  # staticmethod, classmethod
+                clear = getattr(function, "cache_clear", None)
+                code = getattr(getattr(function, "__wrapped__", None), "__code__", None)
+                if (
+                    callable(clear)
+                    and code is not None
+                    and os.path.realpath(code.co_filename) in wanted
+                ):
+                    clear()
+                    emptied += 1
+    return emptied
 
 
 def patch_builds(contexts: Contexts, patch: pytest.MonkeyPatch) -> None:
@@ -91,7 +127,7 @@ def measure_here(out: Path, suites: tuple[str, ...] = SUITES) -> int:
     started = time.perf_counter()
     files = {str(installed_file(entry.file)): str(entry.file) for entry in SCOPE}
     cov = coverage.Coverage(data_file=None, include=list(files), branch=False)
-    contexts = Contexts(cov)
+    contexts = Contexts(cov, clear_caches=lambda: clear_caches_of(files))
     cov.start()
     try:
         with pytest.MonkeyPatch.context() as patch:

@@ -36,7 +36,8 @@ same an unsharded run writes (the wall times summed).
 
 After the reach map changes (a check added, or the map measured another way), ``--from-report``
 goes on from the committed report instead of sampling anew: its results are kept, and only the
-mutants it recorded unreached that the map now reaches are run.
+mutants it recorded unreached that the map now reaches, and the survivors the map now gives more
+checks, are run.
 
 Resumable: each finished mutant is appended to ``reports/mutation-runs.jsonl``; a later run skips
 those (same sample and seed) unless ``--fresh``. Writes ``reports/mutation.{md,json}``.
@@ -241,10 +242,11 @@ RUN_FIELDS = ("id", "status", "unreached", "exit", "killed_by", "reason", "check
 def runs_from_report(
     report: dict[str, Any], mutants: list[AstMutant], reach: Reach, *, sample_size: int, seed: int
 ) -> tuple[dict[str, dict[str, Any]], list[str]]:
-    """An earlier report's runs to go on from (``--from-report``): every mutant that ran keeps
-    its result (and its recheck); one recorded unreached is kept only while no check of
-    ``reach`` executes its line, else it is left out to run now. Returns the runs by id and
-    the ids left out. :class:`ValueError` names a report of another sample or seed, or one
+    """An earlier report's runs to go on from (``--from-report``): a killed mutant keeps its
+    result; a survivor keeps its (and its recheck) unless ``reach`` now gives its line more
+    checks than it ran against; one recorded unreached is kept only while no check of ``reach``
+    executes its line. Those not kept are left out, to run now. Returns the runs by id and the
+    ids left out. :class:`ValueError` names a report of another sample or seed, or one
     whose mutants are not this sample's."""
     for field, want in (("seed", seed), ("sampled", sample_size)):
         if report.get(field) != want:
@@ -264,8 +266,12 @@ def runs_from_report(
             )
         if row.get("status") == "not run":
             continue
-        if row.get("unreached") and checks_of(reach, mutant):
+        now = len(checks_of(reach, mutant))
+        if row.get("unreached") and now:
             again.append(mutant.id)
+            continue
+        if row.get("status") == "survived" and not row.get("unreached") and now > row["checks"]:
+            again.append(mutant.id)  # checks it did not run against may kill it
             continue
         runs[mutant.id] = {
             **{k: row[k] for k in RUN_FIELDS if k in row},
@@ -513,8 +519,8 @@ def main(argv: list[str] | None = None) -> int:
         type=Path,
         metavar="JSON",
         help="go on from an earlier report of the same sample and seed (its runs file gone): its "
-        "mutants' results are kept, except those it recorded unreached that the current reach "
-        "map reaches, which run now",
+        "mutants' results are kept, except the unreached ones the current reach map reaches "
+        "and the survivors it gives more checks, which run now",
     )
     args = parser.parse_args(argv)
     if args.sample < 1 or args.parallel < 1:
@@ -592,8 +598,8 @@ def main(argv: list[str] | None = None) -> int:
                     f.write(json.dumps(row) + "\n")
                 f.write(json.dumps({"session_wall_s": wall}) + "\n")
             print(
-                f"[mutation] from {args.from_report}: {len(done)} results kept, "
-                f"{len(again)} unreached mutants the reach map now reaches run again",
+                f"[mutation] from {args.from_report}: {len(done)} results kept, {len(again)} "
+                "run again (unreached before, or survivors the reach map now gives more checks)",
                 flush=True,
             )
         if not args.report_only:

@@ -28,7 +28,7 @@ from harness.mutation.reach import (
     scope_summary,
     summary_lines,
 )
-from harness.mutation.reach_measure import Contexts
+from harness.mutation.reach_measure import Contexts, clear_caches_of
 from suites.harness.helpers import ROOT, needs_vllm
 
 TINY = """\
@@ -133,6 +133,58 @@ def test_how_the_map_is_measured_is_part_of_its_fingerprint(monkeypatch):
     before = fingerprint(("suites/conformance/test_metadata.py",))
     monkeypatch.setattr("harness.mutation.reach.METHOD", "another way")
     assert fingerprint(("suites/conformance/test_metadata.py",)) != before
+
+
+CACHED = """\
+import functools
+
+
+@functools.cache
+def window(n):
+    return [1.0] * n
+
+
+class Extractor:
+    @staticmethod
+    @functools.lru_cache(maxsize=4)
+    def filters(n):
+        return [0.5] * n
+"""
+
+
+@pytest.mark.parametrize("emptied", [True, False], ids=["caches-emptied", "control"])
+def test_a_cached_functions_lines_count_for_every_check_that_calls_it(tmp_path, emptied):
+    """Two checks call a module-level ``@cache`` function and a cached static method: their
+    bodies (lines 6 and 13) run in both only when the caches are emptied as each check starts;
+    the control shows the second check would not be credited."""
+    path = tmp_path / "cached_module.py"
+    path.write_text(CACHED)
+    spec = importlib.util.spec_from_file_location("cached_module", path)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["cached_module"] = module
+    try:
+        spec.loader.exec_module(module)
+        cov = coverage.Coverage(data_file=None, include=[str(path)])
+        contexts = Contexts(cov, clear_caches=lambda: clear_caches_of([str(path)]))
+        if not emptied:
+            contexts.clear_caches = lambda: None
+        cov.start()
+        try:
+            for check in ("a", "b"):
+                contexts.pytest_runtest_logstart(check)
+                module.window(3)
+                module.Extractor.filters(2)
+                contexts.pytest_runtest_logfinish(check)
+        finally:
+            cov.stop()
+        assert clear_caches_of([str(path)]) == 2
+    finally:
+        del sys.modules["cached_module"]
+    got = attribute_lines(cov.get_data().contexts_by_lineno(str(path)), {"a": 0, "b": 1}, {})
+    both_or_first = [0, 1] if emptied else [0]
+    assert got == {6: both_or_first, 13: both_or_first}
 
 
 def test_lines_outside_every_check_have_none():

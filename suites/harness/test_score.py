@@ -81,24 +81,26 @@ def report_of(rows: list[dict[str, object]], *, sampled: int, seed: int = 0) -> 
     return {"seed": seed, "sampled": sampled, "wall_s": 30.0, "mutants": rows}
 
 
-def test_going_on_from_a_report_runs_only_the_unreached_mutants_now_reached():
-    """Line 2 is reached in the new map, line 3 still by no check: of four mutants, the killed
-    one and the survivor keep their results (the survivor its recheck), the unreached one on
-    line 2 runs again, the one on line 3 stays unreached."""
+def test_going_on_from_a_report_runs_only_what_the_new_map_could_change():
+    """Line 2 is reached by one check in the new map, line 3 still by none: of five mutants,
+    the killed one and the survivor that ran that one check keep their results (the survivor
+    its recheck), the unreached one on line 2 runs, the one on line 3 stays unreached, and a
+    survivor that ran against no check of those the map now gives (0 < 1) runs again."""
     line_2 = [m for m in mutants() if m.line == 2]
     line_3 = [m for m in mutants() if m.line == 3]
-    chosen = [line_2[0], line_2[1], line_2[2], line_3[0]]
+    chosen = [line_2[0], line_2[1], line_2[2], line_3[0], line_2[3]]
     recheck = {"status": "survived", "killed_by": [], "reason": ""}
     rows: list[dict[str, object]] = [
-        {"id": chosen[0].id, "status": "killed", "killed_by": ["c"], "checks": 2, "wall_s": 3.0},
-        {"id": chosen[1].id, "status": "survived", "checks": 2, "recheck": recheck},
+        {"id": chosen[0].id, "status": "killed", "killed_by": ["c"], "checks": 0, "wall_s": 3.0},
+        {"id": chosen[1].id, "status": "survived", "checks": 1, "recheck": recheck},
         {**score._unreached_row(chosen[2]), "function": "f", "classification": {}},
         score._unreached_row(chosen[3]),
+        {"id": chosen[4].id, "status": "survived", "checks": 0},
     ]
     runs, again = score.runs_from_report(
-        report_of(rows, sampled=4), chosen, reach_of({2: [1]}), sample_size=4, seed=0
+        report_of(rows, sampled=5), chosen, reach_of({2: [1]}), sample_size=5, seed=0
     )
-    assert again == [chosen[2].id]
+    assert again == [chosen[2].id, chosen[4].id]
     assert list(runs) == [chosen[0].id, chosen[1].id, chosen[3].id]
     assert runs[chosen[0].id] == rows[0]
     assert runs[chosen[1].id]["recheck"] == recheck
