@@ -4,6 +4,7 @@
   report;
 - ``supervisor``: each target's pytest process watched from outside (time and memory limits,
   restarts);
+- ``cores``: the main job's cores, handed to the processes still running as others end;
 - ``results``: the results schema (what the plugin writes, what the supervisor hands on);
 - ``report``: a run's verdict (:func:`~.report.verdict`, decided there alone) and the
   conformance report, Markdown and JSON;
