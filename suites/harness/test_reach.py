@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
 
 import coverage
 import pytest
@@ -42,16 +43,22 @@ def use(weights):
 """
 
 
+def load_module(path: Path) -> ModuleType:
+    """The module in ``path``, executed (its def lines run outside any check)."""
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def test_a_builds_lines_count_for_every_check_that_used_it(tmp_path):
     """Check ``a`` builds the model, check ``b`` finds it built and uses it: under real
     coverage.py, the build's lines (2, 3) count for both, ``use``'s line (7) for ``b`` only."""
     path = tmp_path / "tiny_model.py"
     path.write_text(TINY)
-    spec = importlib.util.spec_from_file_location("tiny_model", path)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)  # before measuring: the def lines are not any check's
+    module = load_module(path)  # before measuring: the def lines are not any check's
 
     cov = coverage.Coverage(data_file=None, include=[str(path)])
     contexts = Contexts(cov)
@@ -159,13 +166,9 @@ def test_a_cached_functions_lines_count_for_every_check_that_calls_it(tmp_path, 
     the control shows the second check would not be credited."""
     path = tmp_path / "cached_module.py"
     path.write_text(CACHED)
-    spec = importlib.util.spec_from_file_location("cached_module", path)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["cached_module"] = module
+    module = load_module(path)
+    sys.modules["cached_module"] = module  # where clear_caches_of finds the loaded modules
     try:
-        spec.loader.exec_module(module)
         cov = coverage.Coverage(data_file=None, include=[str(path)])
         contexts = Contexts(cov, clear_caches=lambda: clear_caches_of([str(path)]))
         if not emptied:
