@@ -23,6 +23,11 @@ def file_of(module: str) -> Path:
     return Path(*module.split(".")).with_suffix(".py")
 
 
+def module_of(file: Path) -> str:
+    """The module of a vLLM file relative to site-packages: ``vllm/a/b.py`` -> ``vllm.a.b``."""
+    return ".".join(file.with_suffix("").parts)
+
+
 MODEL_MODULE = "vllm.model_executor.models.nano_nemotron_vl"
 PROCESSOR_MODULE = "vllm.transformers_utils.processors.nano_nemotron_vl"
 RADIO_MODULE = "vllm.model_executor.models.radio"

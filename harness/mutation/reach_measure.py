@@ -25,7 +25,7 @@ import pytest
 
 from harness import ROOT
 from harness.jobs.results import replace_text
-from harness.model_files import installed_file
+from harness.model_files import installed_file, module_of
 from harness.mutation.reach import BUILD, SCOPE, SUITES, Reach, attribute_lines, fingerprint
 
 
@@ -68,31 +68,26 @@ class Contexts:
             self.cov.switch_context(self.stack[-1] if self.stack else self.check)
 
 
-def clear_caches_of(files: Collection[str]) -> int:
-    """Empty every functools cache (``@cache``, ``@lru_cache``) whose function is defined in
-    ``files``, among the modules loaded now, at module level or in a class; the number emptied.
+def clear_caches_of(modules: Collection[str]) -> int:
+    """Empty every functools cache (``@cache``, ``@lru_cache``) of a function defined in one of
+    ``modules`` (those imported so far), at module level or in a class; the number emptied.
 
     Called as each check starts: a cached function's body then runs in every check that calls
     it, not only in the first one of the process, and its lines are each such check's. (Parakeet's
     mel filters and window are cached: measured without this, one check of 55 that use them was
     credited, and their mutants ran against that one alone.)"""
-    wanted = {os.path.realpath(f) for f in files}
     emptied = 0
-    for module in list(sys.modules.values()):
-        path = getattr(module, "__file__", None)
-        if not path or os.path.realpath(path) not in wanted:
-            continue
+    for name in modules:
+        module = sys.modules.get(name)
+        if module is None:
+            continue  # not imported yet: nothing of it is cached
         for value in list(vars(module).values()):
             members = list(vars(value).values()) if isinstance(value, type) else []
             for candidate in (value, *members):
                 function = getattr(candidate, "__func__", candidate)  # staticmethod, classmethod
                 clear = getattr(function, "cache_clear", None)
-                code = getattr(getattr(function, "__wrapped__", None), "__code__", None)
-                if (
-                    callable(clear)
-                    and code is not None
-                    and os.path.realpath(code.co_filename) in wanted
-                ):
+                wrapped = getattr(function, "__wrapped__", None)
+                if callable(clear) and getattr(wrapped, "__module__", None) == name:
                     clear()
                     emptied += 1
     return emptied
@@ -127,7 +122,8 @@ def measure_here(out: Path, suites: tuple[str, ...] = SUITES) -> int:
     started = time.perf_counter()
     files = {str(installed_file(entry.file)): str(entry.file) for entry in SCOPE}
     cov = coverage.Coverage(data_file=None, include=list(files), branch=False)
-    contexts = Contexts(cov, clear_caches=lambda: clear_caches_of(files))
+    modules = [module_of(entry.file) for entry in SCOPE]
+    contexts = Contexts(cov, clear_caches=lambda: clear_caches_of(modules))
     cov.start()
     try:
         with pytest.MonkeyPatch.context() as patch:

@@ -23,6 +23,7 @@ from harness.model_files import (
     file_of,
     installed_file,
     installed_model_file,
+    module_of,
     write_mutated_copy,
 )
 from suites.harness.helpers import ROOT, needs_vllm
@@ -55,6 +56,8 @@ def test_the_table_follows_vllms_layout():
     assert {name: file_of(name).as_posix() for name in names} == {
         name: LAYOUT[name] for name in names
     }
+    # And back, from the hand-written layout: the module whose caches the reach map empties.
+    assert {module_of(Path(path)): path for path in LAYOUT.values()} == LAYOUT
     assert MODEL_FAMILY_MODULES[-1] == MODEL_MODULE  # the VL model last
     assert {f.as_posix() for f in FILES} <= set(LAYOUT.values())
     assert BARE_FILE_NAMES == {
