@@ -20,9 +20,11 @@ through :mod:`reference_impl.weights`); :func:`load_folder`.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
-from collections.abc import Iterable, Mapping
+import threading
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, cast
 
@@ -184,7 +186,14 @@ def vl_config_from_hf_dict(data: Mapping[str, Any]) -> VLConfig:
 
 
 def checkpoint_state_dict(model: NanoNemotronVLForConditionalGeneration) -> dict[str, torch.Tensor]:
-    """The model's weights in checkpoint naming (what :func:`load_vl_checkpoint` reads)."""
+    """The model's weights in checkpoint naming (what :func:`load_vl_checkpoint` reads), each
+    its own contiguous copy."""
+    return {name: t.detach().clone().contiguous() for name, t in _checkpoint_views(model).items()}
+
+
+def _checkpoint_views(model: NanoNemotronVLForConditionalGeneration) -> dict[str, torch.Tensor]:
+    """The model's weights by checkpoint name, as views of its own tensors (split ``qkv`` and
+    per-expert pieces included)."""
     out: dict[str, torch.Tensor] = {}
     text = model.config.text_config
     assert text is not None  # the whole model is built with one
@@ -219,7 +228,7 @@ def checkpoint_state_dict(model: NanoNemotronVLForConditionalGeneration) -> dict
                 out[f"sound_projection.{SOUND_PROJECTION_PARTS[index]}.{rest}"] = tensor
             else:
                 out[f"sound_encoder.{name}"] = tensor
-    return {name: t.detach().clone().contiguous() for name, t in out.items()}
+    return out
 
 
 def copy_streamed(tensor: torch.Tensor) -> torch.Tensor:
@@ -325,7 +334,7 @@ def _missing_checkpoint_names(
     present = {normal(name) for name in given}
     fused = {name.rsplit(".", 1)[0] for name in present if name.endswith(("up_proj", "down_proj"))}
     missing = []
-    for name in checkpoint_state_dict(model):
+    for name in _checkpoint_views(model):  # names only: no copies
         if (text_only and name.startswith(TOWER_PREFIXES)) or name in present:
             continue
         expert = EXPERT_WEIGHT.match(name.removeprefix("language_model."))
@@ -409,6 +418,44 @@ def load_folder(
     config = dataclasses.replace(config, **options)  # type: ignore[arg-type]
     if max_model_len is not None:
         config = dataclasses.replace(config, max_model_len=max_model_len)
-    model = NanoNemotronVLForConditionalGeneration(config, tokenizer)
+    # Text-only, the towers keep their initial weights: only then are they drawn.
+    with contextlib.nullcontext() if text_only else weights_left_uninitialized():
+        model = NanoNemotronVLForConditionalGeneration(config, tokenizer)
     load_vl_checkpoint(model, read_weights(folder), text_only=text_only)
     return model.to(dtype).eval()
+
+
+#: ``torch.nn.init``'s initializers, which torch's layers call as they are built.
+INITIALIZERS = (
+    "uniform_",
+    "normal_",
+    "trunc_normal_",
+    "constant_",
+    "ones_",
+    "zeros_",
+    "kaiming_uniform_",
+    "kaiming_normal_",
+    "xavier_uniform_",
+    "xavier_normal_",
+)
+_INITIALIZERS_LOCK = threading.Lock()
+
+
+def _leave(tensor: torch.Tensor, *args: object, **kwargs: object) -> torch.Tensor:
+    return tensor
+
+
+@contextlib.contextmanager
+def weights_left_uninitialized() -> Iterator[None]:
+    """Build a model whose every weight is loaded next without drawing initial weights: torch's
+    initializers do nothing inside (drawing them took a quarter of a model build). Process-wide:
+    a layer another thread builds meanwhile is left uninitialized too."""
+    with _INITIALIZERS_LOCK:
+        saved = {name: getattr(nn.init, name) for name in INITIALIZERS}
+        for name in INITIALIZERS:
+            setattr(nn.init, name, _leave)
+        try:
+            yield
+        finally:
+            for name, initializer in saved.items():
+                setattr(nn.init, name, initializer)

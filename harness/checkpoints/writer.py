@@ -27,6 +27,7 @@ from reference_impl.checkpoint import (
     CONV_BIAS_SUFFIXES,
     checkpoint_state_dict,
     vl_config_to_hf_dict,
+    weights_left_uninitialized,
 )
 from reference_impl.config import VLConfig
 from reference_impl.model import NanoNemotronVLForConditionalGeneration
@@ -70,8 +71,9 @@ def _random_like(name: str, tensor: torch.Tensor, seed: int) -> torch.Tensor:
 
 
 def _model_tensors(config: VLConfig, seed: int) -> dict[str, torch.Tensor]:
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
+    """The model's tensors by checkpoint name; :func:`_random_like` draws every floating one
+    anew, so their initial values are never drawn."""
+    with weights_left_uninitialized():
         model = NanoNemotronVLForConditionalGeneration(config, build_tokenizer())
     return checkpoint_state_dict(model)
 

@@ -65,6 +65,7 @@ class SuiteJob:
             "-p",
             "no:cacheprovider",
             "-q",
+            "--tb=native",  # pytest's long tracebacks parse each frame's whole source file
             # The parent imported the plugin and the suites before pytest.main could rewrite them.
             "-W",
             "ignore::pytest.PytestAssertRewriteWarning",
