@@ -11,6 +11,7 @@
     nox -s mutation      the mutation score over vLLM's model code (reports/mutation; resumable)
     nox -s sweep         kill matrix and score as one shard per core in parallel, merged (reports/)
     nox -s bench         speed of the reference LM beside transformers (reports/benchmarks/)
+    nox -s speed         how long the main job and the gate (base side cached) take here
     nox -s calibrate     the parity bounds from vLLM's measured error (fixtures/calibration/)
     nox -s gpu           every GPU check in the shared environment, with vLLM (GPU machines)
 
@@ -306,6 +307,13 @@ def bench(session: nox.Session) -> None:
         env=CPU_ENV,
         external=True,
     )
+
+
+@nox.session(venv_backend="none")
+def speed(session: nox.Session) -> None:
+    """How long a user waits on this machine: the main job, and the gate on a change with its
+    base side cached (reports/benchmarks/speed.{md,json})."""
+    command(session, "nemotron-vl-speed")
 
 
 @nox.session(venv_backend="none")

@@ -13,6 +13,7 @@
 - ``findings``: the reproductions of vLLM bugs against the installed vLLM
   (``nemotron-vl-findings``);
 - ``bench_report``: speed goals over benchmarks (``nemotron-vl-bench-report``);
+- ``speed``: how long a user waits for the main job and the gate (``nemotron-vl-speed``);
 - ``calibrate``: the parity bounds from measured error (``nemotron-vl-calibrate``).
 
 May import: ``oracles`` (the calibration measures as the checks do), ``targets`` (the

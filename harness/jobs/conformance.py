@@ -35,7 +35,6 @@ import os
 import re
 import shlex
 import sys
-import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from importlib import metadata
 from pathlib import Path
@@ -43,7 +42,7 @@ from xml.etree import ElementTree
 
 from harness import ROOT
 from harness.checkpoints.cache import shared_folders
-from harness.jobs.cores import CoreShare
+from harness.jobs.cores import CoreShare, cores_shared
 from harness.jobs.report import TargetRun, build_report, exit_status, write_report
 from harness.jobs.results import ResultsError, merge_groups, read_results, write_results
 from harness.jobs.supervisor import (
@@ -73,10 +72,6 @@ def available_targets() -> list[str]:
 
 def slug(selector: str) -> str:
     return re.sub(r"[^A-Za-z0-9]+", "-", selector).strip("-")[:60]
-
-
-#: What sets the threads of torch's (and its BLAS's) thread pools in a process started after.
-THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
 
 
 def run_target(
@@ -326,27 +321,12 @@ def main(argv: list[str] | None = None) -> int:
     cores = os.cpu_count() or 1
     jobs = args.jobs or max(1, min(len(targets), cores))
     groups = args.groups or max(1, cores // jobs)
-    # A thread count the caller set stands: then no process's share changes as others end.
-    caller_threads = any(variable in os.environ for variable in THREAD_VARIABLES)
-    if jobs * groups > 1:
-        # Side by side, each process gets its share of the cores: torch's default of one
-        # OpenMP thread per core in each made two targets on 2 cores 3x slower than one after
-        # the other (measured: 326 s against 110 s).
-        share = str(max(1, cores // (jobs * groups)))
-        for variable in THREAD_VARIABLES:
-            os.environ.setdefault(variable, share)
     # Every target's processes, restarts included, read the checkpoint folders written once.
     with (
         shared_folders(),
         Interrupt().installed() as interrupt,
-        tempfile.TemporaryDirectory(prefix="nemotron-vl-cores-") as cores_dir,
+        cores_shared(jobs * groups, cores) as cores_share,
     ):
-        # A process that ends hands its cores to those still running.
-        cores_share = (
-            CoreShare(cores, Path(cores_dir) / "share")
-            if jobs * groups > 1 and not caller_threads
-            else None
-        )
 
         def run(selector: str) -> TargetRun:
             if interrupt:

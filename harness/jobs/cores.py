@@ -13,10 +13,14 @@ depend on the thread count (the checks compare within stated bounds), only its t
 from __future__ import annotations
 
 import os
+import tempfile
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+#: The variables that set a process's thread count (torch's OpenMP threads, MKL's).
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
 
 
 class CoreShare:
@@ -64,3 +68,28 @@ def read_share(path: Path) -> int | None:
     except OSError:
         return None
     return int(text) if text.isdigit() and int(text) > 0 else None
+
+
+@contextmanager
+def cores_shared(processes: int, cores: int | None = None) -> Iterator[CoreShare | None]:
+    """``processes`` processes about to run side by side on ``cores`` (default: this machine's):
+    inside, the processes started get ``cores // processes`` threads each (unless the caller
+    set a thread variable), and, unless the caller set a thread count, the :class:`CoreShare`
+    that hands a finished process's cores to those still running (None for one process).
+
+    Side by side, each process needs its share: torch's default of one thread per core in each
+    made two targets on 2 cores 3x slower than one after the other (measured: 326 s against
+    110 s)."""
+    cores = cores or os.cpu_count() or 1
+    if processes <= 1:
+        yield None
+        return
+    # A thread count the caller set stands: then no process's share changes as others end.
+    caller_threads = any(variable in os.environ for variable in THREAD_VARIABLES)
+    for variable in THREAD_VARIABLES:
+        os.environ.setdefault(variable, str(max(1, cores // processes)))
+    if caller_threads:
+        yield None
+        return
+    with tempfile.TemporaryDirectory(prefix="nemotron-vl-cores-") as folder:
+        yield CoreShare(cores, Path(folder) / "share")

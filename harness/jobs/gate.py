@@ -26,6 +26,7 @@ needs a newer vLLM says so), a bad option or revision.
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import json
 import os
@@ -42,6 +43,7 @@ from typing import Any
 from harness import ROOT
 from harness.checkpoints.cache import shared_folders
 from harness.jobs.conformance import run_target, split_pytest_args
+from harness.jobs.cores import CoreShare, cores_shared
 from harness.jobs.deviations import deviations_path
 from harness.jobs.report import TargetRun, build_report, write_report
 from harness.jobs.report import verdict as run_verdict
@@ -160,7 +162,10 @@ def run_side(
     limits: Limits,
     interrupt: Interrupt,
     cache: Path | None,
+    groups: int = 1,
+    cores: CoreShare | None = None,
 ) -> Side:
+    """One side's run (``groups`` of whole modules side by side), or its cached results."""
     side_out = out / name
     key_file: Path | None = None
     if cache is not None:
@@ -174,7 +179,17 @@ def run_side(
                 run = TargetRun(selector_for(files), results["exit_status"] or 0, results)
                 return Side(name, rev, files, run, 0.0, cached=True)
     start = time.monotonic()
-    run = run_target(selector_for(files), "cpu", side_out, extra, limits, interrupt, label=name)
+    run = run_target(
+        selector_for(files),
+        "cpu",
+        side_out,
+        extra,
+        limits,
+        interrupt,
+        label=name,
+        groups=groups,
+        cores=cores,
+    )
     side = Side(name, rev, files, run, round(time.monotonic() - start, 1))
     write_report(build_report([run], command=f"gate {name} side ({rev})"), side_out)
     if key_file is not None and run.results is not None and side.status in ("ok", "failed"):
@@ -349,18 +364,27 @@ def main(argv: list[str] | None = None) -> int:
     print(f"gate: model files touched: {', '.join(touched)}", flush=True)
     limits = Limits()
     cache = None if args.no_cache else args.cache
-    with shared_folders(), Interrupt().installed() as interrupt:
+    # One side after the other, each side's checks over every core as groups of whole modules
+    # (as the main job's one target): both sides at once on a 2-core machine took 211 s, not
+    # 147 s (torch's threads of both processes contend); the base side's cache is the saving.
+    groups = os.cpu_count() or 1
+    with (
+        shared_folders(),
+        Interrupt().installed() as interrupt,
+        cores_shared(groups) as cores,
+    ):
         base_files = export_side(repo, args.base, touched, out / "base" / "src")
         head_files = export_side(repo, args.head, touched, out / "head" / "src")
-        # One side after the other: run at once on a 2-core machine they took 211 s, not 147 s
-        # (torch's threads of both processes contend); the base side's cache is the saving.
+        run = functools.partial(
+            run_side, out=out, extra=extra, limits=limits, interrupt=interrupt, groups=groups
+        )
         # The head first: a head that cannot run (an import vLLM lacks) ends the gate without
         # the base side's run, whose results it could not be compared with.
-        head = run_side("head", head_rev, head_files, out, extra, limits, interrupt, None)
+        head = run("head", head_rev, head_files, cache=None, cores=cores)
         if head.status == TargetStatus.COULD_NOT_RUN:
             base = skipped_side("base", args.base, base_files, "the head side could not run")
         else:
-            base = run_side("base", args.base, base_files, out, extra, limits, interrupt, cache)
+            base = run("base", args.base, base_files, cache=cache, cores=cores)
     delta = compare(base.outcomes, head.outcomes)
     status = gate_status(base, head, delta)
     markdown = render(repo, touched, base, head, delta, status)

@@ -4,6 +4,7 @@ each running process may use, and a process's torch threads following it between
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -11,7 +12,7 @@ from contextlib import ExitStack
 
 import pytest
 
-from harness.jobs.cores import CoreShare, read_share
+from harness.jobs.cores import THREAD_VARIABLES, CoreShare, cores_shared, read_share
 from suites.harness.helpers import ROOT, one_thread_env
 
 
@@ -52,6 +53,37 @@ def test_a_share_file_without_a_positive_count_is_ignored(tmp_path, text):
 def test_no_cores_is_refused_naming_the_field(tmp_path):
     with pytest.raises(ValueError, match=r"CoreShare.cores: expected at least 1, got 0"):
         CoreShare(0, tmp_path / "share")
+
+
+@pytest.fixture
+def no_thread_variables(monkeypatch):
+    for variable in THREAD_VARIABLES:
+        monkeypatch.delenv(variable, raising=False)
+
+
+def test_processes_side_by_side_start_with_their_share_and_hand_it_on(no_thread_variables):
+    with cores_shared(3, cores=8) as cores:
+        # By hand: 8 cores over 3 processes, 2 threads each (the remainder is handed on later).
+        assert [os.environ[v] for v in THREAD_VARIABLES] == ["2", "2"]
+        assert cores is not None
+        assert read_share(cores.path) == 8
+        with cores.held(), cores.held(), cores.held():
+            assert read_share(cores.path) == 2
+        folder = cores.path.parent
+    assert not folder.exists()  # the share file goes with the run
+
+
+def test_one_process_keeps_the_threads_it_has(no_thread_variables):
+    with cores_shared(1, cores=8) as cores:
+        assert cores is None
+        assert not any(v in os.environ for v in THREAD_VARIABLES)
+
+
+def test_a_thread_count_the_caller_set_stands(no_thread_variables, monkeypatch):
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    with cores_shared(2, cores=8) as cores:
+        assert cores is None  # no share changes the caller's count as processes end
+        assert os.environ["OMP_NUM_THREADS"] == "3"
 
 
 def test_a_process_threads_follow_the_share_between_checks(tmp_path):

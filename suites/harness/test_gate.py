@@ -17,45 +17,15 @@ from typing import Any
 
 import pytest
 
-from harness.model_files import MODEL_FILE, installed_model_file
+from harness.jobs.speed import git_commit as commit
+from harness.jobs.speed import installed_checkout as make_checkout
+from harness.model_files import MODEL_FILE
 from harness.mutation.file_mutants import MUTATIONS
 from suites.harness.helpers import ROOT, needs_vllm, one_thread_env, selected_tests, two_at_a_time
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow, needs_vllm]
 
 PASSTHROUGH = "suites/conformance/test_passthrough.py::"
-
-
-def commit(repo: Path, message: str) -> str:
-    subprocess.run(["git", "-C", str(repo), "add", "-A"], check=True)
-    subprocess.run(
-        [
-            "git",
-            "-C",
-            str(repo),
-            "-c",
-            "user.email=gate@test",
-            "-c",
-            "user.name=gate",
-            "commit",
-            "-qm",
-            message,
-        ],
-        check=True,
-    )
-    return subprocess.run(
-        ["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True, check=True
-    ).stdout.strip()
-
-
-def make_checkout(folder: Path) -> tuple[Path, str]:
-    """A git repository with the installed model file at its path in vLLM, and its base commit."""
-    repo = folder / "vllm-checkout"
-    (repo / MODEL_FILE).parent.mkdir(parents=True)
-    subprocess.run(["git", "init", "-q", str(repo)], check=True)
-    (repo / MODEL_FILE).write_text(installed_model_file().read_text())
-    (repo / "README.md").write_text("a vLLM checkout\n")
-    return repo, commit(repo, "base: as released")
 
 
 @pytest.fixture

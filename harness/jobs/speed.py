@@ -1,0 +1,156 @@
+"""How long a user waits: the main job, and the pull-request gate with its base side cached.
+
+    nemotron-vl-speed [--out DIR]
+
+Runs, on this machine, one after the other:
+
+1. the main job (``nemotron-vl-conformance``) on every available target;
+2. the gate (``nemotron-vl-gate``) on a change to the installed vLLM's model file that alters
+   no behaviour (one comment line), in a git checkout made here (:func:`installed_checkout`):
+   once to fill its cache of the base side's results, then again, timed, as a pull request's
+   later pushes run it.
+
+It writes ``DIR/speed.md`` and ``speed.json`` (default ``reports/benchmarks/``): each command's
+wall time, and the gate's against the main job's (the goal: at most 1.5 times). Nothing is
+asserted: the numbers depend on the machine, so the report names it (cores, CPU model).
+Exit status: 0 when every command ran (whatever the times), 2 when one failed to.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from harness import ROOT
+from harness.model_files import MODEL_FILE, installed_model_file
+
+#: The gate's wall time with the base side cached, at most this many main jobs.
+GATE_GOAL = 1.5
+
+
+def git_commit(repo: Path, message: str) -> str:
+    """Commit everything in ``repo``; its new revision."""
+    subprocess.run(["git", "-C", str(repo), "add", "-A"], check=True)
+    subprocess.run(
+        [
+            *("git", "-C", str(repo)),
+            *("-c", "user.email=gate@harness", "-c", "user.name=gate"),
+            *("commit", "-qm", message),
+        ],
+        check=True,
+    )
+    return subprocess.run(
+        ["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+
+
+def installed_checkout(folder: Path) -> tuple[Path, str]:
+    """A git repository with the installed vLLM's model file at its path in vLLM, and its
+    first (base) commit."""
+    repo = folder / "vllm-checkout"
+    (repo / MODEL_FILE).parent.mkdir(parents=True)
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    (repo / MODEL_FILE).write_text(installed_model_file().read_text())
+    (repo / "README.md").write_text("a vLLM checkout\n")
+    return repo, git_commit(repo, "base: as released")
+
+
+@dataclass
+class Timed:
+    command: str
+    seconds: float
+    exit_status: int
+
+
+def timed(command: list[str], log: Path) -> Timed:
+    """``command`` run from the harness's root, its output to ``log``."""
+    print(f"$ {' '.join(command)}", flush=True)
+    start = time.monotonic()
+    with log.open("w") as out:
+        status = subprocess.run(command, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT).returncode
+    result = Timed(" ".join(command), round(time.monotonic() - start, 1), status)
+    print(f"  {result.seconds} s, exit status {status} (output: {log})", flush=True)
+    return result
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def render(document: dict[str, object]) -> str:
+    runs: dict[str, dict[str, object]] = document["runs"]  # type: ignore[assignment]
+    lines = [
+        "# How long a user waits",
+        "",
+        f"Machine: {document['cores']} cores, {document['cpu']}. Command: `nemotron-vl-speed`.",
+        "",
+        "| run | command | wall (s) | exit status |",
+        "|---|---|---|---|",
+    ]
+    for name, run in runs.items():
+        lines.append(f"| {name} | `{run['command']}` | {run['seconds']} | {run['exit_status']} |")
+    lines += [
+        "",
+        f"The gate with its base side cached took {document['gate_ratio']} times the main job "
+        f"(goal: at most {GATE_GOAL}).",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="nemotron-vl-speed", description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=ROOT / "reports" / "benchmarks")
+    args = parser.parse_args(argv)
+    out: Path = args.out.resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    bin_dir = Path(sys.executable).parent
+    runs: dict[str, Timed] = {}
+    with tempfile.TemporaryDirectory(prefix="nemotron-vl-speed-") as scratch:
+        work = Path(scratch)
+        runs["main job"] = timed(
+            [str(bin_dir / "nemotron-vl-conformance"), "--out", str(work / "conformance")],
+            work / "conformance.log",
+        )
+        repo, base = installed_checkout(work)
+        model = repo / MODEL_FILE
+        model.write_text(model.read_text() + "\n# a comment: the change alters no behaviour\n")
+        head = git_commit(repo, "a comment")
+        gate = [
+            str(bin_dir / "nemotron-vl-gate"),
+            *("--repo", str(repo), "--base", base, "--head", head),
+            *("--cache", str(work / "gate-cache"), "--out", str(work / "gate")),
+        ]
+        runs["gate, first push (fills the cache)"] = timed(gate, work / "gate-first.log")
+        runs["gate, base side cached"] = timed(gate, work / "gate-cached.log")
+    main_s = runs["main job"].seconds
+    document: dict[str, object] = {
+        "cores": os.cpu_count(),
+        "cpu": cpu_model(),
+        "runs": {name: asdict(run) for name, run in runs.items()},
+        "gate_ratio": round(runs["gate, base side cached"].seconds / main_s, 2) if main_s else None,
+        "gate_goal": GATE_GOAL,
+    }
+    (out / "speed.json").write_text(json.dumps(document, indent=2) + "\n")
+    (out / "speed.md").write_text(render(document))
+    print(f"\n{render(document)}\nreport: {out / 'speed.md'}")
+    # The gate exits 0 on this change (it alters no behaviour); 1 would be a regression found.
+    return 0 if all(run.exit_status == 0 for run in runs.values()) else 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
