@@ -22,6 +22,7 @@ import argparse
 import json
 import os
 import platform
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -70,13 +71,15 @@ class Timed:
     exit_status: int
 
 
-def timed(command: list[str], log: Path) -> Timed:
-    """``command`` run from the harness's root, its output to ``log``."""
-    print(f"$ {' '.join(command)}", flush=True)
+def timed(command: list[str], log: Path, scratch: Path) -> Timed:
+    """``command`` run from the harness's root, its output to ``log``; reported by its script's
+    name, ``scratch`` written ``TMP``."""
+    print(f"$ {shlex.join(command)}", flush=True)
     start = time.monotonic()
     with log.open("w") as out:
         status = subprocess.run(command, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT).returncode
-    result = Timed(" ".join(command), round(time.monotonic() - start, 1), status)
+    shown = shlex.join([Path(command[0]).name, *command[1:]]).replace(str(scratch), "TMP")
+    result = Timed(shown, round(time.monotonic() - start, 1), status)
     print(f"  {result.seconds} s, exit status {status} (output: {log})", flush=True)
     return result
 
@@ -125,6 +128,7 @@ def main(argv: list[str] | None = None) -> int:
         runs["main job"] = timed(
             [str(bin_dir / "nemotron-vl-conformance"), "--out", str(work / "conformance")],
             work / "conformance.log",
+            work,
         )
         repo, base = installed_checkout(work)
         model = repo / MODEL_FILE
@@ -135,8 +139,8 @@ def main(argv: list[str] | None = None) -> int:
             *("--repo", str(repo), "--base", base, "--head", head),
             *("--cache", str(work / "gate-cache"), "--out", str(work / "gate")),
         ]
-        runs["gate, first push (fills the cache)"] = timed(gate, work / "gate-first.log")
-        runs["gate, base side cached"] = timed(gate, work / "gate-cached.log")
+        runs["gate, first push (fills the cache)"] = timed(gate, work / "gate-first.log", work)
+        runs["gate, base side cached"] = timed(gate, work / "gate-cached.log", work)
     main_s = runs["main job"].seconds
     document: dict[str, object] = {
         "cores": os.cpu_count(),
