@@ -35,6 +35,22 @@ def video_clip(num_frames: int, height: int, width: int, seed: int, stride: int 
     return VideoClip(frames, 2.0, tuple(range(0, num_frames * stride, stride)))
 
 
+def sampled_clip(
+    num_frames: int, height: int, width: int, seed: int, *, fps: float, seconds: float
+) -> VideoClip:
+    """A ``seconds`` long clip at ``fps`` as vLLM's video loader samples ``num_frames`` of its
+    frames: ``total = max(1, round(seconds * fps))`` source frames, ``min(num_frames, total)``
+    of them at the indices ``linspace(0, total - 1, n)`` cast to int (vLLM 0.33.0's uniform
+    sampling), with the source frame rate (a decoder reports 24000/1001 as 23.976...)."""
+    if not fps > 0 or not seconds > 0:
+        raise ValueError(f"fps, seconds: expected positive numbers, got {fps!r}, {seconds!r}")
+    total = max(1, round(seconds * fps))
+    count = min(num_frames, total)
+    indices = np.linspace(0, total - 1, count).astype(int)
+    frames = _rng(seed).integers(0, 256, (count, height, width, 3), dtype=np.uint8)
+    return VideoClip(frames, float(fps), tuple(int(i) for i in indices))
+
+
 def video_of_scenes(scenes: str, height: int, width: int, seed: int) -> VideoClip:
     """One frame per letter of ``scenes`` at 2 fps, each distinct letter one random image: a
     repeated letter is a frame that did not change (what EVS prunes first)."""

@@ -11,9 +11,9 @@ from hypothesis import strategies as st
 from harness.checkpoints.serving import ServingConfig
 from harness.checkpoints.spec import ModelSpec
 from harness.inputs import model_kwargs
-from harness.inputs.media import audio_clip, embedding_rows, pil_image, video_clip
+from harness.inputs.media import audio_clip, embedding_rows, pil_image, sampled_clip
 from harness.inputs.model_kwargs import InputGroup
-from harness.inputs.requests import PLACEHOLDER, Items, Request
+from harness.inputs.requests import PLACEHOLDER, Items, Request, VideoClip
 
 #: Keyword arguments a model's ``embed_multimodal`` receives that name no multimodal input.
 UNRELATED_KWARGS: dict[str, object] = {
@@ -115,6 +115,10 @@ class RequestBounds:
     videos: tuple[int, int] = (1, 2)
     video_frames: tuple[int, int] = (1, 16)
     video_side_px: tuple[int, int] = (8, 128)
+    #: Source frame rates as decoders report them: the NTSC rates (23.976, 29.97), whose frame
+    #: duration is no whole number of milliseconds, beside 2 (a sampled clip), 25 and 60.
+    video_fps: tuple[float, ...] = (2.0, 24000 / 1001, 25.0, 30000 / 1001, 60.0)
+    video_seconds: tuple[float, float] = (0.5, 120.0)
     audios: tuple[int, int] = (1, 2)
     audio_seconds: tuple[float, float] = (0.1, 70.0)
     embedding_items: tuple[int, int] = (1, 5)
@@ -134,12 +138,35 @@ def _media(draw: st.DrawFn, modality: str, bounds: RequestBounds) -> list[Any]:
         return [pil_image(draw(side), draw(side), seed + i) for i in range(n)]
     if modality == "video":
         n = draw(st.integers(*bounds.videos))
-        side = st.integers(*bounds.video_side_px)
-        frames = st.integers(*bounds.video_frames)
-        return [video_clip(draw(frames), draw(side), draw(side), seed + i) for i in range(n)]
+        return [draw(_video(bounds, seed + i)) for i in range(n)]
     n = draw(st.integers(*bounds.audios))
     seconds = st.floats(*bounds.audio_seconds, allow_nan=False)
     return [audio_clip(draw(seconds), seed + i) for i in range(n)]
+
+
+@st.composite
+def _video(draw: st.DrawFn, bounds: RequestBounds, seed: int) -> VideoClip:
+    """A clip as a video loader samples it (:func:`sampled_clip`): frames of any shape (portrait,
+    landscape, square), an odd or even count, at a drawn source frame rate and length."""
+    side = st.integers(*bounds.video_side_px)
+    return sampled_clip(
+        draw(st.integers(*bounds.video_frames)),
+        draw(side),
+        draw(side),
+        seed,
+        fps=draw(st.sampled_from(bounds.video_fps)),
+        seconds=draw(st.floats(*bounds.video_seconds, allow_nan=False)),
+    )
+
+
+@st.composite
+def video_requests(
+    draw: st.DrawFn, spec: ModelSpec, bounds: RequestBounds = REQUEST_BOUNDS
+) -> Request:
+    """A request with one or two videos (:func:`_video`), their placeholders among words."""
+    seed = draw(st.integers(0, 2**16))
+    videos = [draw(_video(bounds, seed + i)) for i in range(draw(st.integers(*bounds.videos)))]
+    return Request(_prompt(draw, {"video": videos}), videos=videos)
 
 
 @st.composite

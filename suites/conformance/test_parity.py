@@ -17,6 +17,11 @@ runs in fp32:
   projection; measured 0.5 to 1.5 % on these folders, and the derived bounds sit a little above
   what each path measures, so a regression that moves a path by a few percent fails.
 
+Drawn videos (any frame shape, odd and even counts, source frame rates such as 24000/1001 whose
+frame duration is no whole number of milliseconds) are written into the prompt as the reference
+writes them, token for token: the frame separators carry each frame's timestamp, and the
+reference writes it as the checkpoint's processor does.
+
 The connector alone (pixel shuffle and ``mlp1`` on the same vision features) is compared the same
 way, so a connector bug is told apart from a tower's. The bounds mean something only where a
 path's rows depend on its input: ``test_sensitivity.py`` checks that they do.
@@ -28,12 +33,17 @@ from __future__ import annotations
 
 import pytest
 import torch
+from hypothesis import given
+from hypothesis import strategies as st
 
 from harness.checkpoints.spec import ModelSpec
 from harness.inputs.catalogue import FORMS_BY_NAME, REQUEST_FORMS
 from harness.inputs.drawn import CONNECTOR_GRID, connector_features
+from harness.inputs.strategies import video_requests
 from harness.oracles.bounds import error_statistics
 from harness.oracles.rows import ItemErrors, compare_with_reference, judge
+from reference_impl.tokenizer import shared_tokenizer
+from suites.conformance.test_request_properties import REQUEST_SETTINGS
 
 pytestmark = pytest.mark.concern("requests")
 
@@ -48,6 +58,37 @@ def test_request_matches_the_reference(request_runs, reference_runs, form, recor
     )
     record_property("measured", measured)
     assert not problems, "; ".join(problems)
+
+
+@REQUEST_SETTINGS
+@given(data=st.data())
+def test_any_video_is_written_into_the_prompt_as_the_reference_writes_it(
+    make_model, reference_runs, data
+):
+    """Drawn videos (:func:`~harness.inputs.strategies.video_requests`: any frame shape, odd and
+    even frame counts, source frame rates whose frame duration is no whole number of
+    milliseconds, such as 24000/1001): the target's processed prompt, the frame separators'
+    timestamps included, equals the reference's token for token, and each video fills the
+    same positions. The reference writes each timestamp as the checkpoint's processor does
+    (``suites/reference/test_video_text.py`` checks it against transformers' port of it)."""
+    model = make_model()
+    request = data.draw(video_requests(model.spec), label="request")
+    actual = model.run_request(request)
+    expected = reference_runs.target.model(model.spec, torch.device("cpu")).run_request(request)
+    if actual.prompt_token_ids != expected.prompt_token_ids:
+        tokenizer = shared_tokenizer()
+        got, want = (tokenizer.decode(r.prompt_token_ids) for r in (actual, expected))
+        first = next(
+            (i for i, (a, b) in enumerate(zip(got, want, strict=False)) if a != b),
+            min(len(got), len(want)),
+        )
+        raise AssertionError(
+            f"the prompt differs from the reference's from character {first}: "
+            f"{got[max(0, first - 40) : first + 60]!r} vs {want[max(0, first - 40) : first + 60]!r}"
+        )
+    assert [i.positions for i in actual.items] == [i.positions for i in expected.items], (
+        "the videos fill other positions than the reference's"
+    )
 
 
 @pytest.mark.concern("model")

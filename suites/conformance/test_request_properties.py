@@ -3,7 +3,8 @@
 Requests are drawn by :func:`harness.inputs.strategies.media_requests` and
 :func:`~harness.inputs.strategies.embedding_requests` within
 :data:`harness.inputs.strategies.REQUEST_BOUNDS` (images 1-4 of 8-2,048 px per side, videos of 1-16
-frames, audio of 0.1-70 s, embeddings 1-5 items of 1-64 rows, placeholders in any order). For
+frames of 8-128 px per side sampled from clips of 0.5-120 s at 2, 24000/1001, 25, 30000/1001 or 60
+fps, audio of 0.1-70 s, embeddings 1-5 items of 1-64 rows, placeholders in any order). For
 each: every item comes back once (nothing dropped), in the prompt's placeholder order, with as
 many embedding rows as positions its placeholder expanded to; given embeddings come back
 bit-exact. Embeddings of a bad shape are refused with a clear error naming them.

@@ -10,7 +10,12 @@ import pytest
 import torch
 
 from harness.inputs.catalogue import FORMS_BY_NAME, REQUEST_FORMS
-from harness.inputs.media import video_clip, video_file_with_audio, video_file_without_audio
+from harness.inputs.media import (
+    sampled_clip,
+    video_clip,
+    video_file_with_audio,
+    video_file_without_audio,
+)
 from harness.inputs.requests import AUDIO_SAMPLE_RATE, PLACEHOLDER, Request
 from harness.plugin.target import RequestRuns
 from harness.targets.reference import ReferenceTarget
@@ -35,6 +40,19 @@ def test_media_in_vllms_multi_modal_data_form():
         "video_backend": "opencv",
     }
     assert data["audio"] == [(audio, AUDIO_SAMPLE_RATE)]
+
+
+def test_a_sampled_clip_has_the_indices_a_loader_samples():
+    """By hand: 10 s at 24000/1001 fps is round(239.76) = 240 source frames; 4 sampled from
+    them sit at linspace(0, 239, 4) = 0, 79.67, 159.33, 239, cast to int."""
+    clip = sampled_clip(4, 6, 10, seed=0, fps=24000 / 1001, seconds=10.0)
+    assert clip.frames_indices == (0, 79, 159, 239)
+    assert clip.frames.shape == (4, 6, 10, 3)
+    assert clip.fps == 24000 / 1001
+    # A clip shorter than the frames asked for gives all of its frames.
+    assert sampled_clip(16, 6, 10, seed=0, fps=2.0, seconds=1.0).frames_indices == (0, 1)
+    with pytest.raises(ValueError, match=r"fps, seconds: expected positive numbers, got 0"):
+        sampled_clip(4, 6, 10, seed=0, fps=0, seconds=1.0)
 
 
 def test_a_video_file_holds_its_frames_and_its_audio_track():
