@@ -72,6 +72,18 @@ def _images_dynamic(spec: ModelSpec) -> Request:
     )
 
 
+def _image_portrait(spec: ModelSpec) -> Request:
+    # Taller than wide: on the dynamic path RADIO's position embeddings, interpolated to the
+    # longer side, are cropped in width (a landscape image crops them in height).
+    return Request("Look: <image>.", images=[pil_image(150, 60, 5)])
+
+
+def _image_fewer_tiles(spec: ModelSpec) -> Request:
+    # A wide image the engine would cut into 12 static tiles and a thumbnail; this request
+    # alone asks for at most 2 (vLLM's per-request mm_processor_kwargs).
+    return Request("Look: <image>.", images=[pil_image(100, 300, 1)], max_num_tiles=2)
+
+
 def _image_long_prompt(spec: ModelSpec) -> Request:
     # 244 text tokens in a 256-token context: the image's budget is 256 - 244 - 4 = 8 tokens.
     text = "Describe this picture in detail please. " * 6 + "Answer: "
@@ -173,6 +185,8 @@ REQUEST_FORMS: tuple[RequestForm, ...] = (
     RequestForm("images-pil", STATIC, _images_pil),
     RequestForm("images-array", STATIC, _images_array),
     RequestForm("images-dynamic", DYNAMIC, _images_dynamic),
+    RequestForm("image-dynamic-portrait", DYNAMIC, _image_portrait),
+    RequestForm("image-fewer-tiles-per-request", STATIC, _image_fewer_tiles),
     RequestForm("images-mtp", MTP, _images_pil),
     RequestForm("image-dynamic-long-prompt", DYNAMIC_SHORT, _image_long_prompt),
     RequestForm("video-t1", STATIC, _video),

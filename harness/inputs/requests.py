@@ -110,6 +110,9 @@ class Request:
     #: vLLM's ``use_audio_in_video`` processor option: each video's audio track (the videos are
     #: :class:`VideoFile` items) is also an audio item, placed after the video's placeholder.
     audio_in_video: bool = False
+    #: vLLM's ``max_num_tiles`` processor option for this request alone
+    #: (``mm_processor_kwargs``): at most this many static tiles per image (None: the engine's).
+    max_num_tiles: int | None = None
 
     def items(self, modality: RequestModality) -> Items:
         return {"image": self.images, "video": self.videos, "audio": self.audios}[modality]

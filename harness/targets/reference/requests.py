@@ -66,6 +66,7 @@ def process(processor: NanoNemotronVLProcessor, request: Request) -> ProcessorOu
         image_embeds=image_embeds or (),
         video_embeds=video_embeds or (),
         audio_in_video=request.audio_in_video,
+        max_num_tiles=request.max_num_tiles,
     )
 
 

@@ -91,7 +91,12 @@ def multi_modal_data(request: Request) -> dict[str, object]:
 
 def processor_kwargs(request: Request) -> dict[str, object]:
     """vLLM's per-request ``mm_processor_kwargs`` for a request."""
-    return {"use_audio_in_video": True} if request.audio_in_video else {}
+    kwargs: dict[str, object] = {}
+    if request.audio_in_video:
+        kwargs["use_audio_in_video"] = True
+    if request.max_num_tiles is not None:
+        kwargs["max_num_tiles"] = request.max_num_tiles
+    return kwargs
 
 
 def video_replacement_ids(
