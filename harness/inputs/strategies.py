@@ -170,6 +170,36 @@ def video_requests(
 
 
 @st.composite
+def image_near_a_threshold(draw: st.DrawFn, spec: ModelSpec) -> tuple[int, int]:
+    """An image's ``(height, width)`` where the tilers' choices change: a few pixels either side
+    of a grid of whole tiles (``cols x rows`` of ``image_size`` with ``cols * rows`` up to the
+    tile limit and one past it, which moves the static tiler's aspect-ratio pick and the dynamic
+    tiler's patch grid), or an extreme aspect ratio (up to 1:64) with a short side of 8 to
+    20 px."""
+    side = spec.image_size
+    if draw(st.booleans()):
+        cols = draw(st.integers(1, spec.max_num_tiles + 1))
+        rows = draw(st.integers(1, max(1, (spec.max_num_tiles + 1) // cols)))
+        nudge = st.integers(-3, 3)
+        return max(8, rows * side + draw(nudge)), max(8, cols * side + draw(nudge))
+    short, ratio = draw(st.integers(8, 20)), draw(st.integers(8, 64))
+    return (short, short * ratio) if draw(st.booleans()) else (short * ratio, short)
+
+
+@st.composite
+def image_requests(draw: st.DrawFn, spec: ModelSpec, filler: int = 0) -> Request:
+    """A request with one to three images, each near a tiling threshold
+    (:func:`image_near_a_threshold`), their placeholders among words, after up to ``filler``
+    characters of text (a long prompt leaves the images less of the context)."""
+    seed = draw(st.integers(0, 2**16))
+    sizes = draw(st.lists(image_near_a_threshold(spec), min_size=1, max_size=3))
+    images = [pil_image(h, w, seed + i) for i, (h, w) in enumerate(sizes)]
+    text = "Describe these pictures. " * (filler // 25 + 1)
+    padding = text[: draw(st.integers(0, filler))]
+    return Request(padding + _prompt(draw, {"image": images}), images=images)
+
+
+@st.composite
 def _embeddings(draw: st.DrawFn, spec: ModelSpec, bounds: RequestBounds) -> Items:
     """Precomputed embeddings: a stacked ``[n, f, h]`` tensor, or a list of ``[f_i, h]``."""
     seed = draw(st.integers(0, 2**16))

@@ -17,10 +17,12 @@ runs in fp32:
   projection; measured 0.5 to 1.5 % on these folders, and the derived bounds sit a little above
   what each path measures, so a regression that moves a path by a few percent fails.
 
-Drawn videos (any frame shape, odd and even counts, source frame rates such as 24000/1001 whose
-frame duration is no whole number of milliseconds) are written into the prompt as the reference
-writes them, token for token: the frame separators carry each frame's timestamp, and the
-reference writes it as the checkpoint's processor does.
+Drawn images a few pixels either side of a grid of whole tiles, or of an extreme aspect ratio, are
+tiled as the reference tiles them on each tiler (static; dynamic; dynamic in a tight context),
+compared by the prompt token for token. Drawn videos (any frame shape, odd and even counts,
+source frame rates such as 24000/1001 whose frame duration is no whole number of milliseconds)
+are written into the prompt as the reference writes them, token for token: the frame separators
+carry each frame's timestamp, and the reference writes it as the checkpoint's processor does.
 
 The connector alone (pixel shuffle and ``mlp1`` on the same vision features) is compared the same
 way, so a connector bug is told apart from a tower's. The bounds mean something only where a
@@ -39,7 +41,8 @@ from hypothesis import strategies as st
 from harness.checkpoints.spec import ModelSpec
 from harness.inputs.catalogue import FORMS_BY_NAME, REQUEST_FORMS
 from harness.inputs.drawn import CONNECTOR_GRID, connector_features
-from harness.inputs.strategies import video_requests
+from harness.inputs.requests import RequestResult
+from harness.inputs.strategies import image_requests, video_requests
 from harness.oracles.bounds import error_statistics
 from harness.oracles.rows import ItemErrors, compare_with_reference, judge
 from reference_impl.tokenizer import shared_tokenizer
@@ -60,6 +63,53 @@ def test_request_matches_the_reference(request_runs, reference_runs, form, recor
     assert not problems, "; ".join(problems)
 
 
+def _same_prompt_and_positions(actual: RequestResult, expected: RequestResult) -> None:
+    """The target's processed prompt equals the reference's token for token (the message quotes
+    the text where they part), and each item fills the same positions."""
+    if actual.prompt_token_ids != expected.prompt_token_ids:
+        tokenizer = shared_tokenizer()
+        got, want = (tokenizer.decode(r.prompt_token_ids) for r in (actual, expected))
+        first = next(
+            (i for i, (a, b) in enumerate(zip(got, want, strict=False)) if a != b),
+            min(len(got), len(want)),
+        )
+        raise AssertionError(
+            f"the prompt differs from the reference's from character {first}: "
+            f"{got[max(0, first - 40) : first + 60]!r} vs {want[max(0, first - 40) : first + 60]!r}"
+        )
+    assert [i.positions for i in actual.items] == [i.positions for i in expected.items], (
+        "the items fill other positions than the reference's"
+    )
+
+
+#: The tilers (spec fields, and the most text before the images): static tiles; dynamic patch
+#: grids; dynamic in a 256-token context after up to 200 characters of text, where the images'
+#: budget binds and is shared out among them.
+TILERS: dict[str, tuple[dict[str, object], int]] = {
+    "static": ({}, 0),
+    "dynamic": ({"dynamic_resolution": True}, 0),
+    "dynamic-256": ({"dynamic_resolution": True, "max_model_len": 256}, 200),
+}
+
+
+@pytest.mark.parametrize("tiler", list(TILERS))
+@REQUEST_SETTINGS
+@given(data=st.data())
+def test_any_image_near_a_tiling_threshold_is_tiled_as_the_reference_tiles_it(
+    make_model, reference_runs, tiler, data
+):
+    """Drawn images a few pixels either side of a grid of whole tiles, or of an extreme aspect
+    ratio (:func:`~harness.inputs.strategies.image_requests`), on each tiler (:data:`TILERS`):
+    the target's prompt (each image's token count, so its tile or patch grid) equals the
+    reference's token for token."""
+    fields, filler = TILERS[tiler]
+    model = make_model(**fields)
+    request = data.draw(image_requests(model.spec, filler), label="request")
+    actual = model.run_request(request)
+    expected = reference_runs.target.model(model.spec, torch.device("cpu")).run_request(request)
+    _same_prompt_and_positions(actual, expected)
+
+
 @REQUEST_SETTINGS
 @given(data=st.data())
 def test_any_video_is_written_into_the_prompt_as_the_reference_writes_it(
@@ -75,20 +125,7 @@ def test_any_video_is_written_into_the_prompt_as_the_reference_writes_it(
     request = data.draw(video_requests(model.spec), label="request")
     actual = model.run_request(request)
     expected = reference_runs.target.model(model.spec, torch.device("cpu")).run_request(request)
-    if actual.prompt_token_ids != expected.prompt_token_ids:
-        tokenizer = shared_tokenizer()
-        got, want = (tokenizer.decode(r.prompt_token_ids) for r in (actual, expected))
-        first = next(
-            (i for i, (a, b) in enumerate(zip(got, want, strict=False)) if a != b),
-            min(len(got), len(want)),
-        )
-        raise AssertionError(
-            f"the prompt differs from the reference's from character {first}: "
-            f"{got[max(0, first - 40) : first + 60]!r} vs {want[max(0, first - 40) : first + 60]!r}"
-        )
-    assert [i.positions for i in actual.items] == [i.positions for i in expected.items], (
-        "the videos fill other positions than the reference's"
-    )
+    _same_prompt_and_positions(actual, expected)
 
 
 @pytest.mark.concern("model")
