@@ -64,7 +64,11 @@ def video_of_scenes(scenes: str, height: int, width: int, seed: int) -> VideoCli
 
 def audio_clip(seconds: float, seed: int) -> np.ndarray:
     """Mono float32 noise at :data:`AUDIO_SAMPLE_RATE`."""
-    samples = int(seconds * AUDIO_SAMPLE_RATE)
+    return audio_samples(int(seconds * AUDIO_SAMPLE_RATE), seed)
+
+
+def audio_samples(samples: int, seed: int) -> np.ndarray:
+    """``samples`` of mono float32 noise at :data:`AUDIO_SAMPLE_RATE`."""
     return (0.1 * _rng(seed).standard_normal(samples)).astype(np.float32)
 
 

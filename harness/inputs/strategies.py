@@ -11,9 +11,15 @@ from hypothesis import strategies as st
 from harness.checkpoints.serving import ServingConfig
 from harness.checkpoints.spec import ModelSpec
 from harness.inputs import model_kwargs
-from harness.inputs.media import audio_clip, embedding_rows, pil_image, sampled_clip
+from harness.inputs.media import (
+    audio_clip,
+    audio_samples,
+    embedding_rows,
+    pil_image,
+    sampled_clip,
+)
 from harness.inputs.model_kwargs import InputGroup
-from harness.inputs.requests import PLACEHOLDER, Items, Request, VideoClip
+from harness.inputs.requests import AUDIO_SAMPLE_RATE, PLACEHOLDER, Items, Request, VideoClip
 
 #: Keyword arguments a model's ``embed_multimodal`` receives that name no multimodal input.
 UNRELATED_KWARGS: dict[str, object] = {
@@ -197,6 +203,33 @@ def image_requests(draw: st.DrawFn, spec: ModelSpec, filler: int = 0) -> Request
     text = "Describe these pictures. " * (filler // 25 + 1)
     padding = text[: draw(st.integers(0, filler))]
     return Request(padding + _prompt(draw, {"image": images}), images=images)
+
+
+#: Where vLLM cuts long audio into clips (30 s at 16 kHz), and how many samples one audio token
+#: spans (hop 160, three stride-2 convolutions: 8 mel frames).
+AUDIO_CLIP_SAMPLES = 30 * AUDIO_SAMPLE_RATE
+AUDIO_TOKEN_SAMPLES = 160 * 8
+
+
+@st.composite
+def audio_requests(draw: st.DrawFn, spec: ModelSpec) -> Request:
+    """A request with one or two audios whose lengths sit around a clip boundary (1 or 2 clips
+    of 30 s) within about one audio token's samples either side, so that both the split into
+    clips and the last clip's token count change within the range drawn."""
+    seed = draw(st.integers(0, 2**16))
+    lengths = draw(
+        st.lists(
+            st.builds(
+                lambda clips, offset: clips * AUDIO_CLIP_SAMPLES + offset,
+                st.integers(1, 2),
+                st.integers(-AUDIO_TOKEN_SAMPLES - 20, AUDIO_TOKEN_SAMPLES + 20),
+            ),
+            min_size=1,
+            max_size=2,
+        )
+    )
+    audios = [audio_samples(n, seed + i) for i, n in enumerate(lengths)]
+    return Request(_prompt(draw, {"audio": audios}), audios=audios)
 
 
 @st.composite

@@ -42,7 +42,7 @@ from harness.checkpoints.spec import ModelSpec
 from harness.inputs.catalogue import FORMS_BY_NAME, REQUEST_FORMS
 from harness.inputs.drawn import CONNECTOR_GRID, connector_features
 from harness.inputs.requests import RequestResult
-from harness.inputs.strategies import image_requests, video_requests
+from harness.inputs.strategies import audio_requests, image_requests, video_requests
 from harness.oracles.bounds import error_statistics
 from harness.oracles.rows import ItemErrors, compare_with_reference, judge
 from reference_impl.tokenizer import shared_tokenizer
@@ -123,6 +123,22 @@ def test_any_video_is_written_into_the_prompt_as_the_reference_writes_it(
     (``suites/reference/test_video_text.py`` checks it against transformers' port of it)."""
     model = make_model()
     request = data.draw(video_requests(model.spec), label="request")
+    actual = model.run_request(request)
+    expected = reference_runs.target.model(model.spec, torch.device("cpu")).run_request(request)
+    _same_prompt_and_positions(actual, expected)
+
+
+@REQUEST_SETTINGS
+@given(data=st.data())
+def test_any_audio_near_a_clip_boundary_is_cut_as_the_reference_cuts_it(
+    make_model, reference_runs, data
+):
+    """Drawn audio a token's samples either side of 30 s or 60 s
+    (:func:`~harness.inputs.strategies.audio_requests`), where vLLM cuts it into one more clip
+    and its last clip gains a token: the target's prompt equals the reference's token for
+    token."""
+    model = make_model()
+    request = data.draw(audio_requests(model.spec), label="request")
     actual = model.run_request(request)
     expected = reference_runs.target.model(model.spec, torch.device("cpu")).run_request(request)
     _same_prompt_and_positions(actual, expected)
