@@ -18,6 +18,7 @@ import contextlib
 import gc
 import importlib
 import os
+import select
 import shutil
 import signal
 import sys
@@ -138,6 +139,10 @@ def preload(*, vllm: bool) -> None:
         registry._try_inspect_model_cls.cache_clear()
 
 
+#: The longest the build that finds them may take (measured: 3 s on a 2-core machine).
+WARM_BUILD_LIMIT_S = 300
+
+
 def modules_a_build_imports() -> list[str]:
     """The modules, beyond the model's own, that building and loading a model imports as it
     goes (vLLM's kernels, quantization, compilation, cutlass: about 650, measured 1.5 s of each
@@ -171,11 +176,23 @@ def modules_a_build_imports() -> list[str]:
             shutil.rmtree(scratch, ignore_errors=True)
             os._exit(status)
     os.close(write)
-    with os.fdopen(read) as found:
-        names = found.read().split()
+    chunks: list[bytes] = []
+    deadline = time.monotonic() + WARM_BUILD_LIMIT_S
+    with os.fdopen(read, "rb") as found:
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([found], [], [], 1.0)
+            if ready:
+                chunk = found.read1(1 << 16)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+        else:  # a build that hangs here hangs in the children, under their time limits
+            os.kill(pid, signal.SIGKILL)
     _, wait_status = os.waitpid(pid, 0)
     # A build that fails here fails in every child too, with its cause: nothing to import.
-    return names if os.waitstatus_to_exitcode(wait_status) == 0 else []
+    if os.waitstatus_to_exitcode(wait_status) != 0:
+        return []
+    return b"".join(chunks).decode().split()
 
 
 def _child(job: SuiteJob) -> None:

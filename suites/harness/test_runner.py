@@ -2,10 +2,20 @@
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 
 from harness.checkpoints.cache import SHARED_FOLDERS_ENV
-from harness.mutation.runner import SuiteJob, preload, run_many, run_one
+from harness.model_files import MODEL_FAMILY_MODULES
+from harness.mutation.runner import (
+    SuiteJob,
+    modules_a_build_imports,
+    preload,
+    run_many,
+    run_one,
+)
+from suites.harness.helpers import needs_vllm
 
 CHECK = (
     "suites/conformance/test_weight_loading.py::"
@@ -48,3 +58,22 @@ def test_a_jobs_own_time_limit_is_kept(tmp_path):
 def test_bad_options_are_named(options, message):
     with pytest.raises(ValueError, match=message):
         next(run_many([], **options))
+
+
+@pytest.mark.slow
+@needs_vllm
+def test_what_a_build_imports_is_found_in_a_child_and_excludes_the_models_own(monkeypatch):
+    """The parent imports what a build imports lazily, found by one build in a forked child: no
+    model is built in the parent, and the model's own modules (which each child imports again
+    from its mutant files) are not among them."""
+    import torch
+
+    monkeypatch.delenv(SHARED_FOLDERS_ENV)
+    modules_before = set(sys.modules)
+    threads = torch.get_num_threads()
+    found = modules_a_build_imports()
+    assert found, "a build imports vLLM's kernels and layers as it goes: none found"
+    assert not [n for n in found if n.startswith(tuple(MODEL_FAMILY_MODULES))]
+    assert not set(found) & modules_before, "only modules this process had not imported"
+    assert set(sys.modules) == modules_before, "the parent imported nothing itself"
+    assert torch.get_num_threads() == threads
