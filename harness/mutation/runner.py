@@ -157,6 +157,11 @@ def modules_a_build_imports() -> list[str]:
         scratch = Path(tempfile.mkdtemp(prefix="nemotron-vl-warm-build-"))
         try:
             os.close(read)
+            import torch
+
+            # One thread, as in every forked child: a child that uses the OpenMP pool its
+            # parent started before the fork waits for its threads forever.
+            torch.set_num_threads(1)
             before = set(sys.modules)
             from harness.checkpoints.cache import checkpoint_folder, write_new_folders_under
             from harness.checkpoints.spec import ModelSpec

@@ -8,6 +8,7 @@ import pytest
 
 from harness.checkpoints.cache import SHARED_FOLDERS_ENV
 from harness.model_files import MODEL_FAMILY_MODULES
+from harness.mutation import runner
 from harness.mutation.runner import (
     SuiteJob,
     modules_a_build_imports,
@@ -69,11 +70,19 @@ def test_what_a_build_imports_is_found_in_a_child_and_excludes_the_models_own(mo
     import torch
 
     monkeypatch.delenv(SHARED_FOLDERS_ENV)
-    modules_before = set(sys.modules)
+    monkeypatch.setattr(runner, "WARM_BUILD_LIMIT_S", 60)
+    # The parent's OpenMP pool started before the fork (a child using it hung, in a test
+    # process that had run torch on two threads before).
     threads = torch.get_num_threads()
-    found = modules_a_build_imports()
+    torch.set_num_threads(2)
+    try:
+        matrix = torch.randn(512, 512)
+        (matrix @ matrix).sum()
+        modules_before = set(sys.modules)
+        found = modules_a_build_imports()
+    finally:
+        torch.set_num_threads(threads)
     assert found, "a build imports vLLM's kernels and layers as it goes: none found"
     assert not [n for n in found if n.startswith(tuple(MODEL_FAMILY_MODULES))]
     assert not set(found) & modules_before, "only modules this process had not imported"
     assert set(sys.modules) == modules_before, "the parent imported nothing itself"
-    assert torch.get_num_threads() == threads
