@@ -30,6 +30,7 @@ from pathlib import Path
 
 from harness import ROOT
 from harness.jobs.results import CheckResult, ResultsError, TargetResults, read_results
+from harness.model_files import MODEL_FAMILY_MODULES
 
 #: Seconds one run (a whole selection) may take: the slowest mutant's selection takes about a
 #: minute on a 2-core machine; a mutant that loops must not stall the matrix.
@@ -118,7 +119,7 @@ def preload(*, vllm: bool) -> None:
         importlib.import_module(name)
 
     if vllm:
-        from harness.model_files import MODEL_FAMILY_MODULES, MODEL_MODULE
+        from harness.model_files import MODEL_MODULE
         from harness.targets.vllm.runtime import import_vllm_module
 
         import_vllm_module(MODEL_MODULE)
@@ -148,8 +149,6 @@ def modules_a_build_imports() -> list[str]:
     goes (vLLM's kernels, quantization, compilation, cutlass: about 650, measured 1.5 s of each
     child's 4.5 s on one quick check), in their import order; found by a build of the default
     variant in a forked child, so that the parent imports them once and no build runs in it."""
-    from harness.model_files import MODEL_FAMILY_MODULES
-
     read, write = os.pipe()
     pid = os.fork()
     if pid == 0:

@@ -2,21 +2,22 @@
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
 import sys
 
 import pytest
 
 from harness.checkpoints.cache import SHARED_FOLDERS_ENV
 from harness.model_files import MODEL_FAMILY_MODULES
-from harness.mutation import runner
 from harness.mutation.runner import (
     SuiteJob,
-    modules_a_build_imports,
     preload,
     run_many,
     run_one,
 )
-from suites.harness.helpers import needs_vllm
+from suites.harness.helpers import ROOT, needs_vllm
 
 CHECK = (
     "suites/conformance/test_weight_loading.py::"
@@ -61,28 +62,42 @@ def test_bad_options_are_named(options, message):
         next(run_many([], **options))
 
 
+#: Run in a fresh process, whose imports before the call are known (in a test process, earlier
+#: tests may have imported everything a build needs already).
+BUILD_IMPORTS_SCRIPT = """
+import json, sys, torch
+from harness.mutation import runner
+runner.WARM_BUILD_LIMIT_S = 60
+# The parent's OpenMP pool started before the fork: a child that used it hung.
+torch.set_num_threads(2)
+matrix = torch.randn(512, 512)
+(matrix @ matrix).sum()
+before = set(sys.modules)
+found = runner.modules_a_build_imports()
+print(json.dumps({"found": found, "new_in_parent": sorted(set(sys.modules) - before),
+                  "already_imported": sorted(set(found) & before)}))
+"""
+
+
 @pytest.mark.slow
 @needs_vllm
-def test_what_a_build_imports_is_found_in_a_child_and_excludes_the_models_own(monkeypatch):
+def test_what_a_build_imports_is_found_in_a_child_and_excludes_the_models_own():
     """The parent imports what a build imports lazily, found by one build in a forked child: no
-    model is built in the parent, and the model's own modules (which each child imports again
-    from its mutant files) are not among them."""
-    import torch
-
-    monkeypatch.delenv(SHARED_FOLDERS_ENV)
-    monkeypatch.setattr(runner, "WARM_BUILD_LIMIT_S", 60)
-    # The parent's OpenMP pool started before the fork (a child using it hung, in a test
-    # process that had run torch on two threads before).
-    threads = torch.get_num_threads()
-    torch.set_num_threads(2)
-    try:
-        matrix = torch.randn(512, 512)
-        (matrix @ matrix).sum()
-        modules_before = set(sys.modules)
-        found = modules_a_build_imports()
-    finally:
-        torch.set_num_threads(threads)
+    model is built in the parent (it imports nothing itself), and the model's own modules
+    (which each child imports again from its mutant files) are not among them."""
+    proc = subprocess.run(
+        [sys.executable, "-c", BUILD_IMPORTS_SCRIPT],
+        cwd=ROOT,
+        env={**os.environ, "VLLM_TARGET_DEVICE": "cpu"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    found = result["found"]
     assert found, "a build imports vLLM's kernels and layers as it goes: none found"
     assert not [n for n in found if n.startswith(tuple(MODEL_FAMILY_MODULES))]
-    assert not set(found) & modules_before, "only modules this process had not imported"
-    assert set(sys.modules) == modules_before, "the parent imported nothing itself"
+    assert result["already_imported"] == [], "only modules the parent had not imported"
+    assert result["new_in_parent"] == [], "the parent imported nothing itself"
