@@ -41,10 +41,12 @@ from hypothesis import strategies as st
 from harness.checkpoints.spec import ModelSpec
 from harness.inputs.catalogue import FORMS_BY_NAME, REQUEST_FORMS
 from harness.inputs.drawn import CONNECTOR_GRID, connector_features
-from harness.inputs.requests import RequestResult
+from harness.inputs.requests import Request, RequestResult
 from harness.inputs.strategies import audio_requests, image_requests, video_requests
 from harness.oracles.bounds import error_statistics
 from harness.oracles.rows import ItemErrors, compare_with_reference, judge
+from harness.plugin.target import RequestRuns
+from harness.targets.base import MultimodalModel
 from reference_impl.tokenizer import shared_tokenizer
 from suites.conformance.test_request_properties import REQUEST_SETTINGS
 
@@ -61,6 +63,16 @@ def test_request_matches_the_reference(request_runs, reference_runs, form, recor
     )
     record_property("measured", measured)
     assert not problems, "; ".join(problems)
+
+
+def _prompted_as_the_reference(
+    model: MultimodalModel, reference_runs: RequestRuns, request: Request
+) -> None:
+    """``request`` (drawn) run by the target's model and by the reference on the same variant:
+    the same prompt and positions (:func:`_same_prompt_and_positions`)."""
+    actual = model.run_request(request)
+    expected = reference_runs.target.model(model.spec, torch.device("cpu")).run_request(request)
+    _same_prompt_and_positions(actual, expected)
 
 
 def _same_prompt_and_positions(actual: RequestResult, expected: RequestResult) -> None:
@@ -104,10 +116,7 @@ def test_any_image_near_a_tiling_threshold_is_tiled_as_the_reference_tiles_it(
     reference's token for token."""
     fields, filler = TILERS[tiler]
     model = make_model(**fields)
-    request = data.draw(image_requests(model.spec, filler), label="request")
-    actual = model.run_request(request)
-    expected = reference_runs.target.model(model.spec, torch.device("cpu")).run_request(request)
-    _same_prompt_and_positions(actual, expected)
+    _prompted_as_the_reference(model, reference_runs, data.draw(image_requests(model.spec, filler)))
 
 
 @REQUEST_SETTINGS
@@ -122,10 +131,7 @@ def test_any_video_is_written_into_the_prompt_as_the_reference_writes_it(
     same positions. The reference writes each timestamp as the checkpoint's processor does
     (``suites/reference/test_video_text.py`` checks it against transformers' port of it)."""
     model = make_model()
-    request = data.draw(video_requests(model.spec), label="request")
-    actual = model.run_request(request)
-    expected = reference_runs.target.model(model.spec, torch.device("cpu")).run_request(request)
-    _same_prompt_and_positions(actual, expected)
+    _prompted_as_the_reference(model, reference_runs, data.draw(video_requests(model.spec)))
 
 
 @REQUEST_SETTINGS
@@ -138,10 +144,7 @@ def test_any_audio_near_a_clip_boundary_is_cut_as_the_reference_cuts_it(
     and its last clip gains a token: the target's prompt equals the reference's token for
     token."""
     model = make_model()
-    request = data.draw(audio_requests(model.spec), label="request")
-    actual = model.run_request(request)
-    expected = reference_runs.target.model(model.spec, torch.device("cpu")).run_request(request)
-    _same_prompt_and_positions(actual, expected)
+    _prompted_as_the_reference(model, reference_runs, data.draw(audio_requests(model.spec)))
 
 
 @pytest.mark.concern("model")
