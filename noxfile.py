@@ -269,6 +269,14 @@ def reach(session: nox.Session) -> None:
     command(session, "nemotron-vl-reach")
 
 
+@nox.session(name="config-fields", venv_backend="none")
+def config_fields(session: nox.Session) -> None:
+    """The config-field inventory: which config fields and processor options the model's vLLM
+    files read during the conformance suites (recorded on the real config objects), and which
+    check fails when vLLM ignores each one: reports/config-fields.{md,json}."""
+    command(session, "nemotron-vl-config-fields")
+
+
 @nox.session(venv_backend="none")
 def mutation(session: nox.Session) -> None:
     """The mutation score: a seeded sample of 600 first-order mutants of every function of the

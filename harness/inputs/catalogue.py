@@ -8,7 +8,7 @@ only, one per tower path.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 import torch
@@ -208,6 +208,20 @@ REQUEST_FORMS: tuple[RequestForm, ...] = (
     RequestForm("videos-audio-in-video-one-silent", STATIC, _videos_audio_in_video_one_silent),
 )
 FORMS_BY_NAME = {form.name: form for form in REQUEST_FORMS}
+
+
+def forms_for(spec: ModelSpec, names: Collection[str] | None = None) -> tuple[RequestForm, ...]:
+    """The catalogued forms (those ``names``, or all) a variant can serve: not those with audio
+    (clips, or a video's track) on a variant without an audio tower."""
+    unknown = sorted(set(names or ()) - set(FORMS_BY_NAME))
+    if unknown:
+        raise KeyError(f"names: not catalogued request forms: {unknown}")
+    return tuple(
+        form
+        for form in REQUEST_FORMS
+        if (names is None or form.name in names)
+        and (spec.audio or form.request.expected_items("audio") == 0)
+    )
 
 
 # ---------------------------------------------------------------------------------------------

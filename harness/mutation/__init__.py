@@ -9,7 +9,9 @@
 - ``runner``: suite runs against mutated files, in forked processes;
 - ``matrix``: the kill matrix of the corpus (``nemotron-vl-kill-matrix``);
 - ``score``: the mutation score (``nemotron-vl-mutation-score``);
-- ``shards``: ``--shard K/N`` for both, and the checks their merges make.
+- ``shards``: ``--shard K/N`` for both, and the checks their merges make;
+- ``config_fields``: the config-field inventory (``nemotron-vl-config-fields``): the fields
+  vLLM's model code reads, recorded, and the checks that fail when vLLM ignores each.
 
 May import: ``jobs`` (results), ``checkpoints`` (the folder cache), ``model_files``; the runner
 loads targets in its forked children.

@@ -11,7 +11,6 @@ before it forks.
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import sys
@@ -27,6 +26,7 @@ from harness import ROOT
 from harness.jobs.results import replace_text
 from harness.model_files import installed_file, module_of
 from harness.mutation.reach import BUILD, SCOPE, SUITES, Reach, attribute_lines, fingerprint
+from harness.plugin.builds import patch_builds
 
 
 class Contexts:
@@ -55,7 +55,7 @@ class Contexts:
         self.check = ""
         self.cov.switch_context("")
 
-    def around_build(self, key: str, build: Callable[[], Any]) -> Any:
+    def around_build(self, key: str, spec: object, build: Callable[[], Any]) -> Any:
         index = self.builds.setdefault(key, len(self.builds))
         if self.check:
             self.users.setdefault(index, set()).add(self.check)
@@ -93,28 +93,6 @@ def clear_caches_of(modules: Collection[str]) -> int:
     return emptied
 
 
-def patch_builds(contexts: Contexts, patch: pytest.MonkeyPatch) -> None:
-    """Every model the vLLM target builds and shares, under a build context of its own, for as
-    long as ``patch`` holds."""
-    from harness.targets.vllm.target import VllmTarget
-
-    build_model = VllmTarget.build_model
-    fresh_model = VllmTarget.fresh_model
-
-    @functools.wraps(build_model)
-    def counted_build(self: VllmTarget, spec: Any, folder: Any, device: Any, serving: Any) -> Any:
-        key = repr(("build", spec, str(folder), serving.model_options()))
-        return contexts.around_build(key, lambda: build_model(self, spec, folder, device, serving))
-
-    @functools.wraps(fresh_model)
-    def counted_fresh(self: VllmTarget, spec: Any, text_only: bool) -> Any:
-        key = repr(("fresh", spec, text_only))
-        return contexts.around_build(key, lambda: fresh_model(self, spec, text_only))
-
-    patch.setattr(VllmTarget, "build_model", counted_build)
-    patch.setattr(VllmTarget, "fresh_model", counted_fresh)
-
-
 def measure_here(out: Path, suites: tuple[str, ...] = SUITES) -> int:
     """Run the suites under coverage in this process and write the map to ``out``; the exit
     status (2: pytest could not run them)."""
@@ -127,7 +105,7 @@ def measure_here(out: Path, suites: tuple[str, ...] = SUITES) -> int:
     cov.start()
     try:
         with pytest.MonkeyPatch.context() as patch:
-            patch_builds(contexts, patch)
+            patch_builds(contexts.around_build, patch)
             status = pytest.main(
                 [*suites, "--target=vllm", "-p", "no:cacheprovider", "-q", "--no-header"],
                 plugins=[contexts],

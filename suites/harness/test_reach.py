@@ -70,7 +70,7 @@ def test_a_builds_lines_count_for_every_check_that_used_it(tmp_path):
                 built["model"] = module.build()
             return built["model"]
 
-        return contexts.around_build("model", build)
+        return contexts.around_build("model", None, build)
 
     cov.start()
     try:

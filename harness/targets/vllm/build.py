@@ -184,8 +184,17 @@ def build_and_load(
         get_model_loader(vllm_config.load_config).load_weights(model, model_config)
     timings.load_s = time.perf_counter() - start
     start = time.perf_counter()
-    with without_packed_cpu_kernels(), set_current_vllm_config(vllm_config):
-        process_weights_after_loading(model, model_config, torch.device("cpu"))
+    try:
+        with without_packed_cpu_kernels(), set_current_vllm_config(vllm_config):
+            process_weights_after_loading(model, model_config, torch.device("cpu"))
+    except AttributeError as e:
+        if model_config.quantization == "fp8" and "'_C'" in str(e):
+            raise NeedsCuda(
+                f"vLLM's fp8 post-load step raised AttributeError: {e} (it needs vLLM's compiled "
+                "ops, vllm._C, which a CPU install from PyPI lacks: fp8 checkpoints serve on a "
+                "CUDA vLLM target)"
+            ) from e
+        raise
     timings.post_load_s = time.perf_counter() - start
     return model.eval(), vllm_config
 

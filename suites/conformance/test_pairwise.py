@@ -1,0 +1,109 @@
+"""Every pair of options: the variants of an all-pairs covering array, each through the request
+catalogue, against the reference.
+
+The checkpoint's options (language model kind, tiling, audio tower, temporal patch, MTP layers,
+Parakeet's hop and convolution biases, tile side, fp8 weights, the dtype it is saved in) and the
+engine's (EVS rate, tile limit) are combined by :func:`harness.checkpoints.pairs.covering_array`
+so that any two options' values meet in some variant (8 variants for 12 axes). Each variant is
+built once and serves every catalogued form it can (:func:`~harness.inputs.catalogue.forms_for`):
+its prompt, placeholders and rows must be the reference's on the same folder, rows within the
+bounds of each path in the dtype they come in (:func:`harness.oracles.rows.compare_with_reference`,
+as ``test_parity``). The reference is the oracle, so the check does not run on the reference
+target.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from harness.checkpoints.pairs import covering_array
+from harness.checkpoints.spec import ModelSpec
+from harness.inputs.catalogue import RequestForm, forms_for
+from harness.jobs.deviations import Deviation, describe, deviations_path, load_deviations
+from harness.oracles.rows import compare_with_reference
+from harness.targets import Target
+from suites.conformance.test_parity import _same_prompt_and_positions
+
+pytestmark = pytest.mark.concern("requests")
+
+VARIANTS = {spec.slug: spec for spec in covering_array()}
+#: One form per path an option changes: static tiles with a thumbnail, dynamic tiles, a request's
+#: own tile limit, video at T = 1 and 2, EVS on scenes, audio clips and a video's track, every
+#: modality in one request, and precomputed embeddings.
+PAIRWISE_FORMS = (
+    "images-pil",
+    "images-dynamic",
+    "image-fewer-tiles-per-request",
+    "video-t1",
+    "videos-t2",
+    "video-evs-t1",
+    "audios",
+    "video-audio-in-video",
+    "mixed",
+    "image-embeds-list",
+)
+
+
+def rows_comparable(form: RequestForm, spec: ModelSpec) -> bool:
+    """Whether ``form``'s rows on ``spec`` must be the reference's. Under EVS only a form whose
+    videos were drawn for this rate and temporal patch (scenes, so that the cut never falls among
+    near-equal scores) keeps the same tokens in bf16 as the fp32 reference; on other videos a
+    near tie may keep another token, and only the prompt (whose token count the rate sets) is
+    compared."""
+    if spec.video_pruning_rate == 0.0 or form.request.embeddings("video") is not None:
+        return True
+    if not form.request.videos:
+        return True
+    designed = form.spec
+    return (designed.video_pruning_rate, designed.video_temporal_patch_size) == (
+        spec.video_pruning_rate,
+        spec.video_temporal_patch_size,
+    )
+
+
+@pytest.fixture(scope="module")
+def pinned(target: Target) -> list[Deviation]:
+    """The target's known deviations: a failure one of them explains (its exception and message)
+    is that deviation's, pinned where a catalogued check reaches it, not a new problem."""
+    return list(load_deviations(deviations_path(target.name)).values())
+
+
+def known_deviation(failure: Exception | list[str], pinned: list[Deviation]) -> str | None:
+    """The check of the first pinned deviation whose cause ``failure`` is (an exception, or the
+    bounds a form's rows exceed, as a parity check's assertion states them), if any."""
+    error = AssertionError("; ".join(failure)) if isinstance(failure, list) else failure
+    return next((d.check for d in pinned if d.cause_of(error) is None), None)
+
+
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_a_variant_of_the_covering_array_serves_the_catalogue_as_the_reference(
+    target, device, reference_runs, pinned, variant, record_property
+):
+    spec = VARIANTS[variant]
+    model = target.model(spec, device)
+    problems: list[str] = []
+    measured: dict[str, object] = {}
+    for form in forms_for(spec, PAIRWISE_FORMS):
+        expected = reference_runs.run(form.name, spec=spec)
+        try:
+            actual = model.run_request(form.request)
+            if not rows_comparable(form, spec):
+                _same_prompt_and_positions(actual, expected)
+                measured[form.name] = {"rows": "not compared (EVS on videos not drawn for it)"}
+                continue
+            measured[form.name], found = compare_with_reference(
+                actual, expected, form.request, spec, served=model.input_dtype
+            )
+        except Exception as e:  # one form's failure must not hide the others'
+            known = known_deviation(e, pinned)
+            if known is not None:
+                measured[form.name] = {"known deviation": known}
+            else:
+                problems.append(f"{form.name}: {describe(e)}")
+            continue
+        if found and (known := known_deviation(found, pinned)) is not None:
+            measured[form.name] = {"known deviation": known}
+            continue
+        problems += [f"{form.name}: {p}" for p in found]
+    record_property("measured", measured)
+    assert not problems, f"{len(problems)} problems: " + "; ".join(problems)

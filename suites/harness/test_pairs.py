@@ -1,0 +1,72 @@
+"""The covering array of checkpoint variants: every allowed pair of option values in some
+variant (checked by brute force, not by the library that built it), a CPU run covering every
+pair of what a CPU builds, and its size bounded."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from harness.checkpoints.pairs import (
+    AXES,
+    CUDA_ONLY,
+    MAX_VARIANTS,
+    allowed,
+    covering_array,
+    uncovered_pairs,
+)
+from harness.checkpoints.spec import ModelSpec
+from harness.inputs.catalogue import FORMS_BY_NAME, forms_for
+
+
+def test_every_allowed_pair_of_values_is_in_some_variant():
+    assert uncovered_pairs(covering_array()) == []
+
+
+def test_the_check_of_the_pairs_sees_a_missing_one():
+    """Without its first variant the array misses pairs: the brute-force check can fail."""
+    assert uncovered_pairs(covering_array()[1:])
+    assert uncovered_pairs([ModelSpec()]) != []
+
+
+def test_a_cpu_run_covers_every_pair_of_what_a_cpu_builds():
+    """The variants with no value of CUDA_ONLY (those a CPU vLLM builds) alone hold every pair of
+    the other values."""
+    on_cpu = [
+        s for s in covering_array() if all(getattr(s, a) != v for a, v in CUDA_ONLY.items())
+    ]
+    values = {a: [v for v in vs if CUDA_ONLY.get(a, object()) != v] for a, vs in AXES.items()}
+    for (a, xs), (b, ys) in itertools.combinations(values.items(), 2):
+        for x, y in itertools.product(xs, ys):
+            assert any(getattr(s, a) == x and getattr(s, b) == y for s in on_cpu), (a, x, b, y)
+
+
+def test_the_number_of_builds_is_bounded():
+    """At least the 4 variants 12 binary axes need (2 x 2 for any two of them), at most
+    MAX_VARIANTS; each distinct."""
+    variants = covering_array()
+    assert 4 <= len(variants) <= MAX_VARIANTS
+    assert len(set(variants)) == len(variants)
+    assert len({s.slug for s in variants}) == len(variants)
+
+
+def test_the_array_is_the_same_every_time():
+    assert covering_array.__wrapped__() == covering_array()
+
+
+def test_only_buildable_combinations_are_asked_for():
+    assert not allowed(["omni", False, True, 1, False, 160, 64, True, "fp8"])
+    assert allowed(["v2", False, True, 1, False, 160, 64, True, "fp8"])
+    for spec in covering_array():
+        assert not (spec.language_model == "omni" and spec.quantization == "fp8")
+
+
+def test_a_variant_without_audio_serves_no_audio_form():
+    names = {f.name for f in forms_for(ModelSpec(audio=False))}
+    assert "audios" not in names and "video-audio-in-video" not in names
+    assert "images-pil" in names
+    assert {f.name for f in forms_for(ModelSpec())} == set(FORMS_BY_NAME)
+    assert [f.name for f in forms_for(ModelSpec(), ["mixed", "audios"])] == ["audios", "mixed"]
+    with pytest.raises(KeyError, match=r"names: not catalogued request forms: \['nope'\]"):
+        forms_for(ModelSpec(), ["nope"])
