@@ -275,6 +275,7 @@ def render_markdown(report: Report) -> str:
                 lines.append(f"- `{t['selector']}` {what}: {parts}")
     lines += _phase_section(targets, report.get("report_s"))
     lines += _serving_section(targets)
+    lines += _pairs_section(report)
     lines += _self_consistency_section(report)
     lines += _reach_section(targets) + _measured_section(targets)
     lines += ["", "Files under test:", ""]
@@ -374,6 +375,44 @@ def _serving_section(targets: Sequence[dict[str, Any]]) -> list[str]:
             "|", "\\|"
         )
         lines.append(f"| {name} | {options} | " + " | ".join(cells) + " |")
+    return lines
+
+
+#: The check that runs each variant of the covering array (its parameter: the variant's slug).
+PAIRWISE_CHECK = (
+    "suites/conformance/test_pairwise.py::"
+    "test_a_variant_of_the_covering_array_serves_the_catalogue_as_the_reference"
+)
+
+
+def _pairs_section(report: Report) -> list[str]:
+    """Each variant of the covering array, the options it changes and its outcome per target."""
+    from harness.checkpoints.pairs import AXES, changed_options, covering_array
+
+    checks = {c["id"]: c for c in report["checks"] if c["id"].startswith(PAIRWISE_CHECK)}
+    if not checks:
+        return []
+    targets = report["targets"]
+    variants = covering_array()
+    lines = [
+        "",
+        "## Pairs of options",
+        "",
+        f"The checkpoint variants of an all-pairs covering array over {len(AXES)} options "
+        f"({', '.join(AXES)}; `harness/checkpoints/pairs.py`): any two options' values meet in "
+        f"some variant; {len(variants)} builds. Each serves one form per path against the "
+        "reference (`suites/conformance/test_pairwise.py`).",
+        "",
+        "| variant | options changed from the default | "
+        + " | ".join(f"`{t['selector']}`" for t in targets)
+        + " |",
+        "|---" * (len(targets) + 2) + "|",
+    ]
+    for spec in variants:
+        check = checks.get(f"{PAIRWISE_CHECK}[{spec.slug}]")
+        changed = ", ".join(f"{k}={v}" for k, v in changed_options(spec).items()) or "none"
+        cells = [_cell(check["results"].get(t["selector"]) if check else None) for t in targets]
+        lines.append(f"| `{spec.slug}` | {changed} | " + " | ".join(cells) + " |")
     return lines
 
 

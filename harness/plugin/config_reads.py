@@ -66,8 +66,11 @@ CHECKPOINT_SECTIONS = (*SECTIONS.values(), ARGS_SECTION, OPTION_SECTION)
 #: What an ignored processor option that the processor requires is given instead: the default
 #: variant's engine context (the others are left out, so the processor's own default applies).
 REQUIRED_OPTIONS = {"max_model_len": 4096}
-#: A call's arguments that carry the request itself, not an option.
-REQUEST_ARGUMENTS = frozenset({"text", "images", "videos", "audios", "return_tensors"})
+#: Keyword arguments that are no option: the config and tokenizer the processor is built on, and
+#: a call's request (its text and media) and output format.
+NOT_OPTIONS = frozenset(
+    {"config", "tokenizer", "text", "images", "videos", "audios", "return_tensors"}
+)
 #: What a field that the default checkpoint lacks reads as while it is ignored.
 ABSENT = object()
 
@@ -155,7 +158,7 @@ class ConfigReads:
         site = self.watched_site(2) or f"{file_of(PROCESSOR_MODULE)} ({what})"
         kept = dict(kwargs)
         for name, value in kwargs.items():
-            if name in REQUEST_ARGUMENTS:
+            if name in NOT_OPTIONS:
                 continue
             self.note(OPTION_SECTION, name, site, repr(value))
             if self.ignores(OPTION_SECTION, name):

@@ -567,3 +567,38 @@ def test_a_bad_stopped_checks_file_is_refused_naming_the_field(tmp_path, text, s
     with pytest.raises(ResultsError) as caught:
         read_stopped_checks(path)
     assert says in str(caught.value)
+
+
+def test_the_pairs_section_lists_every_variant_of_the_covering_array_with_its_outcomes():
+    from harness.checkpoints.pairs import changed_options, covering_array
+    from harness.jobs.report import PAIRWISE_CHECK
+
+    first, second = covering_array()[:2]
+    runs = [
+        TargetRun(
+            "vllm",
+            1,
+            results(
+                "vllm",
+                (f"{PAIRWISE_CHECK}[{first.slug}]", "pass", ""),
+                (f"{PAIRWISE_CHECK}[{second.slug}]", "fail", "2 problems: boom"),
+            ),
+        )
+    ]
+    text = render_markdown(report_of(runs))
+    assert "## Pairs of options" in text
+    rows = [
+        line
+        for line in text.splitlines()
+        if line.startswith("| `v2-") or line.startswith("| `omni-")
+    ]
+    assert len(rows) == len(covering_array())
+    changed = ", ".join(f"{k}={v}" for k, v in changed_options(first).items())
+    assert f"| `{first.slug}` | {changed} | pass |" in text
+    assert f"| `{second.slug}` |" in text
+    assert "**FAIL**: 2 problems: boom" in text
+
+
+def test_no_pairs_section_without_the_pairwise_check():
+    runs = [TargetRun("vllm", 0, results("vllm", (A, "pass", "")))]
+    assert "## Pairs of options" not in render_markdown(report_of(runs))
