@@ -76,6 +76,21 @@ def writer_digest() -> str:
     return digest.hexdigest()[:12]
 
 
+#: The longest slug a folder is named by whole: transformers names the configuration module it
+#: loads from a folder after the folder, each ``-`` written ``_hyphen_``, and a file name over 255
+#: bytes cannot be created (a variant of the covering array changes a dozen options).
+LONGEST_WHOLE_SLUG = 60
+
+
+def folder_name(spec: ModelSpec) -> str:
+    """The name of ``spec``'s folder: its slug, or a long slug's start and a digest of it."""
+    slug = spec.slug
+    if len(slug) <= LONGEST_WHOLE_SLUG:
+        return slug
+    digest = hashlib.sha256(slug.encode()).hexdigest()[:12]
+    return f"{slug[:40].rstrip('-')}-{digest}"
+
+
 def _shared_folder(root: Path, spec: ModelSpec, seed: int) -> Path:
     """``spec``'s folder under the shared ``root``: written once by whichever process needs it
     first, into a private folder renamed into place when complete, so that a reader never sees
@@ -84,7 +99,7 @@ def _shared_folder(root: Path, spec: ModelSpec, seed: int) -> Path:
         raise FileNotFoundError(
             f"{SHARED_FOLDERS_ENV}: expected an existing folder, got {str(root)!r}"
         )
-    final = root / f"{spec.slug}-seed{seed}-{writer_digest()}"
+    final = root / f"{folder_name(spec)}-seed{seed}-{writer_digest()}"
     if final.is_dir():
         return final
     from harness.checkpoints.writer import write_checkpoint
@@ -125,7 +140,7 @@ def checkpoint_folder(spec: ModelSpec, seed: int = 0) -> Path:
                 root = Path(tempfile.mkdtemp(prefix="nemotron-vl-checkpoints-"))
                 atexit.register(shutil.rmtree, root, ignore_errors=True)
                 _TEMP_ROOT.append(root)
-            folder = _TEMP_ROOT[0] / f"{spec.slug}-seed{seed}"
+            folder = _TEMP_ROOT[0] / f"{folder_name(spec)}-seed{seed}"
             from harness.checkpoints.writer import write_checkpoint
 
             _FOLDERS[key] = write_checkpoint(spec, folder, seed=seed)

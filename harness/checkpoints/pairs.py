@@ -7,8 +7,8 @@ user's checkpoint or engine varies, with the default first and the other value t
 how to build; :func:`covering_array` combines them so that every pair of values of any two axes
 is in some variant (covertable's greedy construction under a declared constraint, deterministic
 for the same axes; allpairspy's filter left five pairs out), where the pair is allowed
-(:func:`allowed`). Its size is bounded by :data:`MAX_VARIANTS`: 12 binary axes need at least 4
-variants, and one variant per pair of axis values would be 264.
+(:func:`allowed`). Its size is bounded by :data:`MAX_VARIANTS`: 16 binary axes need at least 4
+variants, and one variant per pair of axis values would be 480.
 """
 
 from __future__ import annotations
@@ -22,7 +22,10 @@ from harness.checkpoints.spec import ModelSpec
 
 #: Each option and its values, the default first: the checkpoint's (language model kind, tiling,
 #: audio tower, temporal patch, MTP layers, Parakeet's hop, tile side, the Omni form of Parakeet's
-#: convolutions, fp8 weights, the dtype it is saved in) and the engine's (EVS rate, tile limit).
+#: convolutions, fp8 weights, the dtype it is saved in, the thumbnail tile, the pixel
+#: normalisation, ``mlp1``'s width, Parakeet's mel bins) and the engine's (EVS rate, tile
+#: limit). The last four are fields the config-field inventory found read with no variant
+#: setting them.
 AXES: dict[str, tuple[object, ...]] = {
     "language_model": ("v2", "omni"),
     "dynamic_resolution": (False, True),
@@ -36,9 +39,13 @@ AXES: dict[str, tuple[object, ...]] = {
     "checkpoint_dtype": ("bfloat16", "float32"),
     "video_pruning_rate": (0.0, 0.5),
     "max_num_tiles": (12, 2),
+    "use_thumbnail": (True, False),
+    "pixel_normalisation": ("clip", "half"),
+    "projector_hidden_size": (64, 32),
+    "num_mel_bins": (16, 32),
 }
 #: The most variants the covering array may have (each is built once per target).
-MAX_VARIANTS = 12
+MAX_VARIANTS = 16
 
 
 def allowed(values: Sequence[object]) -> bool:
@@ -63,31 +70,47 @@ CONSTRAINTS = [
 ]
 
 
-#: Values vLLM builds only on CUDA (measured on the CPU target): NemotronH's MoE layers (the Omni
-#: language model) refuse a CPU constructor, and fp8 weights need vLLM's compiled ops after loading.
-CUDA_ONLY: dict[str, object] = {"language_model": "omni", "quantization": "fp8"}
+#: Values kept out of the main array, each with why: a variant holding one serves the request
+#: catalogue on no CPU (vLLM builds the Omni language model's MoE layers only on CUDA, and fp8
+#: weights need its compiled ops after loading), or fails every tower request the same known way
+#: (vLLM 0.33.0 serves an fp32 checkpoint in bf16 but builds its towers in fp32: the pinned
+#: serving-dtype deviation), so that mixed into the main array it would hide the pairs it holds.
+ISOLATED: dict[str, tuple[object, str]] = {
+    "language_model": ("omni", "needs CUDA: vLLM's CPU constructor refuses non-gated MoE"),
+    "quantization": ("fp8", "needs CUDA: vLLM's fp8 post-load step needs vllm._C"),
+    "checkpoint_dtype": ("float32", "every tower request fails the pinned serving-dtype way"),
+}
+
+
+def isolated(spec: ModelSpec) -> bool:
+    """Whether ``spec`` holds a value of :data:`ISOLATED`."""
+    return any(getattr(spec, axis) == value for axis, (value, _) in ISOLATED.items())
 
 
 @functools.cache
 def covering_array() -> tuple[ModelSpec, ...]:
     """The variants: every allowed pair of values of any two axes in at least one.
 
-    The pairs among the values a CPU builds come from covertable's array over those values
-    alone, so that a CPU run (which skips what needs CUDA) still covers every pair of them. Each
-    value of :data:`CUDA_ONLY` then gets two variants: with every other axis at its default, and
-    with every other axis changed where allowed; with binary axes, that pairs it with every value
-    of every other axis."""
+    The pairs among the values not :data:`ISOLATED` come from covertable's array over those
+    values alone, so that they meet where each is exercised. Each isolated value then gets two
+    variants: with every other axis at its default, and with every other axis changed where
+    allowed; with binary axes, that pairs it with every value of every other axis."""
     from covertable import make
 
-    on_cpu = {
-        axis: [v for v in values if CUDA_ONLY.get(axis, object()) != v]
+    main = {
+        axis: [v for v in values if ISOLATED.get(axis, (object(), ""))[0] != v]
         for axis, values in AXES.items()
     }
-    rows: list[dict[str, object]] = list(make(on_cpu, constraints=CONSTRAINTS))
-    for axis, value in CUDA_ONLY.items():
+    rows: list[dict[str, object]] = list(make(main, constraints=CONSTRAINTS))
+    for axis, (value, _) in ISOLATED.items():
         rows.append({axis: value})
-        changed = {other: values[-1] for other, values in on_cpu.items() if other != axis}
-        changed[axis] = value
+        # Every other axis changed, isolated values included, as far as allowed.
+        changed = {axis: value}
+        for other, values in AXES.items():
+            if other != axis:
+                changed[other] = values[-1]
+                if not allowed([changed.get(a, AXES[a][0]) for a in AXES]):
+                    changed[other] = values[0]
         rows.append(changed)
     specs = [dataclasses.replace(ModelSpec(), **row) for row in rows]  # type: ignore[arg-type]
     return tuple(dict.fromkeys(specs))

@@ -35,6 +35,12 @@ DEFAULT_MAX_NUM_TILES = 12
 CheckpointDtype = Literal["bfloat16", "float32"]
 #: The dtypes a checkpoint folder can be saved in (``ModelSpec.checkpoint_dtype``).
 CHECKPOINT_DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32}
+#: The pixel normalisations a checkpoint's ``norm_mean`` / ``norm_std`` can name: CLIP's (both
+#: published checkpoints) and SigLIP's 0.5 per channel.
+PIXEL_NORMALISATIONS: dict[str, tuple[tuple[float, float, float], tuple[float, float, float]]] = {
+    "clip": ((0.48145466, 0.4578275, 0.40821073), (0.26862954, 0.26130258, 0.27577711)),
+    "half": ((0.5, 0.5, 0.5), (0.5, 0.5, 0.5)),
+}
 _CHANGED_FIELD_SLUGS = (
     ("max_num_tiles", "tiles"),
     ("video_pruning_rate", "evs"),
@@ -73,6 +79,11 @@ class ModelSpec:
     # outside [0, 1) itself, and the checks send some.
     video_pruning_rate: float = 0.0
 
+    # Static tiling adds a thumbnail of the whole image when it cuts more than one tile.
+    use_thumbnail: bool = True
+    # The pixel normalisation (``norm_mean`` / ``norm_std``), a name of PIXEL_NORMALISATIONS.
+    pixel_normalisation: Literal["clip", "half"] = "clip"
+
     # Sizes shared by every variant.
     hidden_size: int = 64
     image_size: int = 64  # a static tile's side: a 4 x 4 patch grid, 4 embedding rows
@@ -102,6 +113,11 @@ class ModelSpec:
             raise ValueError(
                 f"ModelSpec.checkpoint_dtype: expected one of {sorted(CHECKPOINT_DTYPES)}, got "
                 f"{self.checkpoint_dtype!r}"
+            )
+        if self.pixel_normalisation not in PIXEL_NORMALISATIONS:
+            raise ValueError(
+                "ModelSpec.pixel_normalisation: expected one of "
+                f"{sorted(PIXEL_NORMALISATIONS)}, got {self.pixel_normalisation!r}"
             )
         if self.quantization == "fp8" and self.language_model != "v2":
             raise ValueError(
@@ -137,6 +153,10 @@ class ModelSpec:
             parts.append(self.quantization)
         if self.checkpoint_dtype != "bfloat16":
             parts.append(f"saved-{self.checkpoint_dtype}")
+        if not self.use_thumbnail:
+            parts.append("no-thumbnail")
+        if self.pixel_normalisation != "clip":
+            parts.append(f"norm-{self.pixel_normalisation}")
         # The other fields too, when changed: the slug names the folder, one per spec.
         defaults = {f.name: f.default for f in dataclasses.fields(self)}
         for name, short in _CHANGED_FIELD_SLUGS:
@@ -225,6 +245,9 @@ def _vl_config(spec: ModelSpec) -> VLConfig:
         "min_num_patches": 1,
         "max_num_patches": 64 if spec.dynamic_resolution else 0,
         "max_num_tiles": spec.max_num_tiles,
+        "use_thumbnail": spec.use_thumbnail,
+        "norm_mean": PIXEL_NORMALISATIONS[spec.pixel_normalisation][0],
+        "norm_std": PIXEL_NORMALISATIONS[spec.pixel_normalisation][1],
     }
     if spec.audio:
         overrides["sound_config"] = sound

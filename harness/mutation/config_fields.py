@@ -229,8 +229,8 @@ def ignore_runs(rows: Sequence[FieldRow], baseline: SuiteRun, workdir: Path, par
         )
     for run in run_many(jobs, parallel=parallel):
         row = by_key[run.key]
-        if run.results is None:
-            row.run_problem = f"the run wrote no results (exit {run.returncode})"
+        if run.results is None or not run.checks:
+            row.run_problem = f"the run ran no checks (exit {run.returncode})"
             continue
         row.ignored_checks = sorted(c["id"] for c in run.checks)
         row.caught_by = sorted(

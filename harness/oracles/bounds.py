@@ -190,6 +190,8 @@ class CalibrationTable:
     about: dict[str, object]
     samples: dict[str, dict[Statistic, list[float]]]
     not_calibrated: dict[str, str]  # cell key -> why it has no samples
+    #: why a cell with no samples and no entry in ``not_calibrated`` has none
+    uncalibrated: str = "no calibration samples for this cell"
 
     def bounds(self, path: str, served: torch.dtype, saved: str) -> CellBounds:
         """``path``'s bounds served in ``served`` from a checkpoint saved in ``saved``."""
@@ -201,7 +203,7 @@ class CalibrationTable:
         ceiling = rounding_ceiling(served)
         cell = self.samples.get(key)
         if cell is None:
-            why = self.not_calibrated.get(key, "no calibration samples for this cell")
+            why = self.not_calibrated.get(key, self.uncalibrated)
             source = f"not calibrated: {why}"
             ceiling_only = Bound(ceiling, f"analytic ceiling {ceiling:.3g} ({source})")
             return CellBounds(dict.fromkeys(STATISTICS, ceiling_only), source)
@@ -278,6 +280,11 @@ def read_table(path: Path) -> CalibrationTable:
 def committed_table() -> CalibrationTable:
     """The committed table (:data:`CALIBRATION_TABLE`), read once."""
     return read_table(CALIBRATION_TABLE)
+
+
+def uncalibrated_table(why: str) -> CalibrationTable:
+    """A table with no samples: every path's bound is the analytic ceiling, saying ``why``."""
+    return CalibrationTable(about={}, samples={}, not_calibrated={}, uncalibrated=why)
 
 
 def parity_bounds(path: str, served: torch.dtype, saved: str) -> CellBounds:

@@ -155,13 +155,15 @@ def compare_with_reference(
     request: Request,
     spec: ModelSpec,
     served: torch.dtype | None = None,
+    table: CalibrationTable | None = None,
 ) -> tuple[dict[str, object], list[str]]:
     """What was measured of each item of ``actual`` against the reference's run ``expected``,
-    and every bound the towers' rows exceed (:func:`measure_items`, then :func:`judge`)."""
+    and every bound the towers' rows exceed (:func:`measure_items`, then :func:`judge` with
+    ``table``'s bounds, the committed calibration's by default)."""
     towers, measured = measure_items(actual, expected, request, spec, served=served)
     problems: list[str] = []
     for item in towers:
-        judge(item, spec.checkpoint_dtype)
+        judge(item, spec.checkpoint_dtype, table)
         measured[item.name] = item.measured()
         problems += item.problems
     return measured, problems

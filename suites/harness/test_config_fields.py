@@ -139,28 +139,41 @@ def test_an_ignore_run_runs_whole_modules():
 
 
 @needs_vllm
-def test_ignoring_the_temporal_patch_fails_a_check_on_the_t2_variant(tmp_path):
-    """A check of a ``T = 2`` checkpoint (its videos' rows against the reference's), which passes
-    on vLLM as installed (the vLLM suites' run), fails when every read of
-    ``video_temporal_patch_size`` sees the default's 1, as if vLLM ignored the field."""
-    check = "suites/conformance/test_parity.py::test_request_matches_the_reference[videos-t2]"
+def test_ignoring_the_thumbnail_fails_a_variant_of_the_covering_array(tmp_path):
+    """No hand-picked variant turns the thumbnail off; the covering array's variants that do
+    serve the catalogue as the reference does (the vLLM suites' run), and one of them fails when
+    every read of ``use_thumbnail`` sees the default's True, as if vLLM ignored the field."""
+    from harness.checkpoints.pairs import covering_array, isolated
+    from harness.jobs.report import PAIRWISE_CHECK
 
-    def run(*extra: str) -> tuple[int, dict[str, Any]]:
-        out = tmp_path / "reads.json"
-        pytest_args = [check, "--target=vllm", "-p", "no:cacheprovider", "-q"]
-        done = subprocess.run(
-            [sys.executable, "-m", "pytest", *pytest_args, f"--record-config-reads={out}", *extra],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-        assert out.exists(), done.stdout[-3000:] + done.stderr[-3000:]
-        return done.returncode, json.loads(out.read_text())
-
-    status, recorded = run("--ignore-config-field=vision_config.video_temporal_patch_size")
-    assert status == 1, "the check passed with the temporal patch ignored"
-    assert recorded["ignored"] == "vision_config.video_temporal_patch_size"
+    # Static tiles (the thumbnail is static tiling's), built and served on a CPU.
+    spec = next(
+        s for s in covering_array() if not (s.use_thumbnail or s.dynamic_resolution or isolated(s))
+    )
+    out = tmp_path / "reads.json"
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            f"{PAIRWISE_CHECK}[{spec.slug}]",
+            "--target=vllm",
+            "-p",
+            "no:cacheprovider",
+            "-q",
+            f"--record-config-reads={out}",
+            "--ignore-config-field=config.use_thumbnail",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.exists(), done.stdout[-3000:] + done.stderr[-3000:]
+    assert done.returncode == 1, "the variant passed with the thumbnail ignored"
+    assert "1 failed" in done.stdout.splitlines()[-1], done.stdout[-3000:]
+    recorded = json.loads(out.read_text())
+    assert recorded["ignored"] == "config.use_thumbnail"
     reads = {(f["section"], f["field"]) for f in recorded["fields"]}
-    assert ("vision_config", "video_temporal_patch_size") in reads
-    assert any(v["slug"].endswith("-t2") for v in recorded["variants"])
+    assert ("config", "use_thumbnail") in reads
+    assert [v["slug"] for v in recorded["variants"]] == [spec.checkpoint.slug]

@@ -10,10 +10,11 @@ import pytest
 
 from harness.checkpoints.pairs import (
     AXES,
-    CUDA_ONLY,
+    ISOLATED,
     MAX_VARIANTS,
     allowed,
     covering_array,
+    isolated,
     uncovered_pairs,
 )
 from harness.checkpoints.spec import ModelSpec
@@ -30,18 +31,21 @@ def test_the_check_of_the_pairs_sees_a_missing_one():
     assert uncovered_pairs([ModelSpec()]) != []
 
 
-def test_a_cpu_run_covers_every_pair_of_what_a_cpu_builds():
-    """The variants with no value of CUDA_ONLY (those a CPU vLLM builds) alone hold every pair of
-    the other values."""
-    on_cpu = [s for s in covering_array() if all(getattr(s, a) != v for a, v in CUDA_ONLY.items())]
-    values = {a: [v for v in vs if CUDA_ONLY.get(a, object()) != v] for a, vs in AXES.items()}
+def test_the_main_variants_alone_cover_every_pair_of_the_values_not_isolated():
+    """The variants with no ISOLATED value (those a CPU vLLM builds and serves without a known
+    failure hiding the rest) alone hold every pair of the other values."""
+    on_cpu = [s for s in covering_array() if not isolated(s)]
+    assert len(on_cpu) >= 4
+    values = {
+        a: [v for v in vs if ISOLATED.get(a, (object(), ""))[0] != v] for a, vs in AXES.items()
+    }
     for (a, xs), (b, ys) in itertools.combinations(values.items(), 2):
         for x, y in itertools.product(xs, ys):
             assert any(getattr(s, a) == x and getattr(s, b) == y for s in on_cpu), (a, x, b, y)
 
 
 def test_the_number_of_builds_is_bounded():
-    """At least the 4 variants 12 binary axes need (2 x 2 for any two of them), at most
+    """At least the 4 variants 16 binary axes need (2 x 2 for any two of them), at most
     MAX_VARIANTS; each distinct."""
     variants = covering_array()
     assert 4 <= len(variants) <= MAX_VARIANTS
