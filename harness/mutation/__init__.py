@@ -4,6 +4,7 @@
   model file; ``nemotron-vl-file-mutant NAME DIR`` writes one);
 - ``ast_mutants``: first-order mutants generated from the installed files;
 - ``reach``, ``reach_measure``: the score's scope, measured: which checks execute which lines;
+- ``unreached``: why no check executes a line (``fixtures/unreached.toml``), joined with the map;
 - ``corpus``: the regression corpus (``fixtures/corpus.toml``) and the checks each mutant must
   fail;
 - ``runner``: suite runs against mutated files, in forked processes;

@@ -39,7 +39,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Collection, Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -54,8 +54,11 @@ from harness.model_files import (
     RADIO_FILE,
     installed_file,
 )
+from harness.mutation.unreached import Explanation
 
 REACH_FILE = ROOT / "reports" / "mutation-reach.json"
+#: The unreached lines and why, written beside the map by ``nemotron-vl-reach``.
+UNREACHED_REPORT = "unreached.md"
 SUITES = ("suites/conformance",)
 #: What the map depends on besides the installed files (what the checks run): a change here
 #: measures it again. The jobs, the mutation tools and the GPU checks are not on that path.
@@ -65,6 +68,7 @@ UNFINGERPRINTED = (
     "harness/mutation",
     "harness/gpu",
     "fixtures/mutation_survivors.toml",
+    "fixtures/unreached.toml",
 )
 #: The measuring process's environment, over the caller's (see the module's docstring).
 MEASURING_ENV = {"TORCH_COMPILE_DISABLE": "1"}
@@ -72,6 +76,7 @@ MEASURING_ENV = {"TORCH_COMPILE_DISABLE": "1"}
 #: again.
 METHOD = (
     "coverage.py, a context per check and per model build; functools caches emptied per check; "
+    "traced lines credited to their statement's first line too; "
     + repr(sorted(MEASURING_ENV.items()))
 )
 
@@ -324,9 +329,14 @@ def current_reach(path: Path = REACH_FILE, *, remeasure: bool = False) -> Reach:
     return measure(path)
 
 
-def scope_summary(reach: Reach, functions: list[ScopeFunction]) -> dict[str, Any]:
-    """What the map says of the scope: its files and functions, those no check reaches, and the
-    unreached statement lines of those reached."""
+def scope_summary(
+    reach: Reach,
+    functions: list[ScopeFunction],
+    explanations: Sequence[Explanation] | None = None,
+) -> dict[str, Any]:
+    """What the map says of the scope: its files and functions, those no check reaches, the
+    unreached statement lines of those reached, and why each unreached line is (the entries of
+    ``fixtures/unreached.toml`` unless ``explanations`` are given)."""
     unreached: list[dict[str, Any]] = []
     partial: list[dict[str, Any]] = []
     for function in functions:
@@ -337,9 +347,17 @@ def scope_summary(reach: Reach, functions: list[ScopeFunction]) -> dict[str, Any
             )
         elif missed:
             partial.append({"function": function.name, "reached": len(hit), "unreached": missed})
+    from harness.mutation.unreached import explain, load_explanations
+
+    missed_lines = [(f.name, reach.reached(f)[1]) for f in functions]
+    explained = explain(
+        [(name, lines) for name, lines in missed_lines if lines],
+        load_explanations() if explanations is None else explanations,
+    )
     return {
         "files": sorted({str(f.file) for f in functions}),
         "functions": len(functions),
+        "unreached_lines": explained.to_json(),
         "reached_functions": len(functions) - len(unreached),
         "unreached_functions": unreached,
         "partly_reached": partial,
@@ -372,6 +390,10 @@ def summary_lines(scope: dict[str, Any]) -> list[str]:
             f"| `{entry['function']}` | {len(entry['unreached'])} of {total} | "
             f"{line_ranges(entry['unreached'])} |"
         )
+    if "unreached_lines" in scope:
+        from harness.mutation.unreached import report_lines
+
+        lines += ["", *report_lines(scope["unreached_lines"])]
     return lines
 
 
@@ -410,7 +432,12 @@ def main(argv: list[str] | None = None) -> int:
     except ReachError as e:
         print(f"nemotron-vl-reach: error: {e}", file=sys.stderr)
         return 2
-    print(summary_lines(scope_summary(reach, functions_in_scope()))[0])
+    scope = scope_summary(reach, functions_in_scope())
+    unreached = args.out.parent / UNREACHED_REPORT
+    title = "# Lines of the model's code no check reaches"
+    unreached.write_text("\n".join([title, "", *summary_lines(scope)]) + "\n")
+    print(summary_lines(scope)[0])
+    print(f"unreached lines by reason: {scope['unreached_lines']['counts']} -> {unreached}")
     return 0
 
 

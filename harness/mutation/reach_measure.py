@@ -15,12 +15,13 @@ import json
 import os
 import sys
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
 from typing import Any
 
 import coverage
 import pytest
+from coverage.python import PythonFileReporter
 
 from harness import ROOT
 from harness.jobs.results import replace_text
@@ -93,6 +94,23 @@ def clear_caches_of(modules: Collection[str]) -> int:
     return emptied
 
 
+def with_first_lines(
+    contexts_by_line: Mapping[int, Collection[str]], reporter: PythonFileReporter
+) -> dict[int, set[str]]:
+    """The traced lines' contexts, each also credited to the first line of its statement.
+
+    The tracer records the lines Python runs, and Python 3.11 runs a multi-line condition
+    (``if (\n a\n and b\n):``) on its lower lines only, while coverage.py names the statement by
+    its first line: without this, that first line looked unreached though the statement ran
+    (and a mutant of it counted as a survivor with no run). The lower lines stay, for mutants
+    that sit on them."""
+    out: dict[int, set[str]] = {}
+    for line, names in contexts_by_line.items():
+        for target in {line} | reporter.translate_lines([line]):
+            out.setdefault(target, set()).update(names)
+    return out
+
+
 def measure_here(out: Path, suites: tuple[str, ...] = SUITES) -> int:
     """Run the suites under coverage in this process and write the map to ``out``; the exit
     status (2: pytest could not run them)."""
@@ -122,7 +140,9 @@ def measure_here(out: Path, suites: tuple[str, ...] = SUITES) -> int:
     executable: dict[str, list[int]] = {}
     for path, relative in files.items():
         lines[relative] = attribute_lines(
-            data.contexts_by_lineno(path) or {}, index, contexts.users
+            with_first_lines(data.contexts_by_lineno(path) or {}, PythonFileReporter(path, cov)),
+            index,
+            contexts.users,
         )
         executable[relative] = sorted(cov.analysis2(path)[1])
     reach = Reach(

@@ -292,3 +292,22 @@ def test_the_command_measures_which_checks_execute_which_lines(tmp_path):
         assert reached, f"{name}: no line reached"
         assert all(reach.checks_at(MODEL_FILE, line) for line in reached)
     assert "functions in scope are reached" in done.stdout
+
+
+def test_a_multi_line_condition_credits_its_first_line(tmp_path):
+    """Python 3.11 runs ``if (\\n a\\n and b\\n):`` on its lower lines; coverage.py names the
+    statement by its first line, which must count as reached when the lower ones are."""
+    from coverage.python import PythonFileReporter
+
+    from harness.mutation.reach_measure import with_first_lines
+
+    path = tmp_path / "cond.py"
+    path.write_text("def f(a, b):\n    if (\n        a\n        and b\n    ):\n        return 1\n")
+    reporter = PythonFileReporter(str(path), coverage.Coverage(data_file=None))
+    credited = with_first_lines({3: {"check-a"}, 4: {"check-b"}, 6: {"check-a"}}, reporter)
+    assert credited == {
+        2: {"check-a", "check-b"},
+        3: {"check-a"},
+        4: {"check-b"},
+        6: {"check-a"},
+    }
