@@ -21,6 +21,7 @@ reads during the suites, measured, with the check that fails if vLLM ignored it.
 The report (``config-fields.md`` and ``.json``) has one row per field with its verdict:
 ``caught`` (a check fails when it is ignored), ``not caught`` (a variant sets it, and no check
 fails), ``no variant`` (every variant the suites build holds the default's value, or none),
+``variant needs CUDA`` (only variants a CPU vLLM cannot build set it),
 ``a section`` (the attribute that holds a sub-config), ``bookkeeping`` (what every transformers
 config holds, read when vLLM copies a whole config) or ``derived`` (an object vLLM built from
 the checkpoint's, not a field of the checkpoint).
@@ -35,7 +36,7 @@ import json
 import sys
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -101,9 +102,10 @@ class FieldRow:
     default: Any
     values_seen: list[str]  # a processor option's values as given
     variants: list[str]  # the variants (slugs) that set another value than the default's
-    ignored_checks: list[str] = dataclasses.field(
-        default_factory=list
-    )  # the checks run while ignoring it
+    # the checks run while it was ignored, and those of them that failed
+    ignored_checks: list[str] = dataclasses.field(default_factory=list)
+    #: whether some check ran (not skipped) on a variant of ``variants`` (none: they need CUDA)
+    served: bool = True
     caught_by: list[str] = dataclasses.field(default_factory=list)
     run_problem: str = ""
 
@@ -121,6 +123,8 @@ class FieldRow:
             return "bookkeeping"
         if not self.variants:
             return "no variant"
+        if not self.served:
+            return "variant needs CUDA"
         if self.run_problem:
             return "not run"
         return "caught" if self.caught_by else "not caught"
@@ -137,14 +141,19 @@ def bookkeeping_fields() -> frozenset[str]:
 
 
 def build_rows(
-    recorded: Mapping[str, Any], published: Mapping[str, Mapping[str, Any]]
+    recorded: Mapping[str, Any],
+    published: Mapping[str, Mapping[str, Any]],
+    ran: Collection[str] | None = None,
 ) -> list[FieldRow]:
-    """One row per recorded field, with its published, default and variant values."""
+    """One row per recorded field, with its published, default and variant values; ``ran``: the
+    checks that ran and were not skipped in the recording run (None: all), so that a field whose
+    variants only skipping checks use (those needing CUDA) is told apart."""
     variants = recorded.get("variants") or []
     if not recorded.get("fields"):
         raise InventoryError("the recording run recorded no config reads (was vLLM the target?)")
     default = next((v for v in variants if v["slug"] == ModelSpec().slug), None)
     default_config = default["config"] if default else _default_config()
+    served_by = {v["slug"]: v.get("checks", []) for v in variants}
     rows = []
     for entry in recorded["fields"]:
         section, name = entry["section"], entry["field"]
@@ -169,6 +178,9 @@ def build_rows(
                 default=default_value,
                 values_seen=list(entry.get("values", [])),
                 variants=differing,
+                served=section == "processor option"
+                or ran is None
+                or any(set(served_by.get(v, ())) & set(ran) for v in differing),
             )
         )
     return rows
@@ -259,6 +271,7 @@ def _cell(value: Any) -> str:
 VERDICT_ORDER = (
     "not caught",
     "no variant",
+    "variant needs CUDA",
     "not run",
     "caught",
     "a section",
@@ -306,8 +319,8 @@ def render_markdown(report: Mapping[str, Any]) -> str:
             if row["section"] != "processor option"
             else _cell(", ".join(row["values_seen"]))
         )
-        variants = ", ".join(row["variants"][:4]) + (
-            f" (+{len(row['variants']) - 4})" if len(row["variants"]) > 4 else ""
+        variants = ", ".join(f"`{v}`" for v in sorted(row["variants"], key=len)[:2]) + (
+            f" (+{len(row['variants']) - 2})" if len(row["variants"]) > 2 else ""
         )
         caught = (
             f"{len(row['caught_by'])} of {len(row['ignored_checks'])}: "
@@ -332,7 +345,8 @@ def inventory(out: Path, *, parallel: int, only: Sequence[str] = ()) -> dict[str
         started = time.perf_counter()
         recorded, baseline = record(workdir)
         record_wall = round(time.perf_counter() - started, 1)
-        rows = build_rows(recorded, published_configs())
+        ran = {c["id"] for c in baseline.checks if c["outcome"] != "skip"}
+        rows = build_rows(recorded, published_configs(), ran)
         if only:
             unknown = sorted(set(only) - {r.name for r in rows})
             if unknown:

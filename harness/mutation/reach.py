@@ -432,13 +432,19 @@ def main(argv: list[str] | None = None) -> int:
     except ReachError as e:
         print(f"nemotron-vl-reach: error: {e}", file=sys.stderr)
         return 2
-    scope = scope_summary(reach, functions_in_scope())
-    unreached = args.out.parent / UNREACHED_REPORT
-    title = "# Lines of the model's code no check reaches"
-    unreached.write_text("\n".join([title, "", *summary_lines(scope)]) + "\n")
+    scope = write_unreached_report(reach, args.out.parent / UNREACHED_REPORT)
     print(summary_lines(scope)[0])
-    print(f"unreached lines by reason: {scope['unreached_lines']['counts']} -> {unreached}")
+    print(f"unreached lines by reason: {scope['unreached_lines']['counts']}")
     return 0
+
+
+def write_unreached_report(reach: Reach, out: Path) -> dict[str, Any]:
+    """``out``: the scope's unreached functions and lines, each with its reason; returns the
+    scope's summary."""
+    scope = scope_summary(reach, functions_in_scope())
+    title = "# Lines of the model's code no check reaches"
+    out.write_text("\n".join([title, "", *summary_lines(scope)]) + "\n")
+    return scope
 
 
 if __name__ == "__main__":

@@ -96,6 +96,22 @@ def test_a_field_is_set_by_the_variants_whose_config_holds_another_value():
     }
 
 
+def test_a_field_only_variants_no_check_ran_on_set_needs_cuda():
+    """The Omni language model is built only by a CUDA vLLM: its checks skip on a CPU, and a
+    field only it sets is told apart from one a check could catch."""
+    omni = ModelSpec(language_model="omni")
+    recorded = _recorded([_field("text_config", "routed_scaling_factor")], [ModelSpec(), omni])
+    recorded["variants"][1]["checks"] = ["suites/conformance/test_w.py::test_omni"]
+    ran = {"suites/conformance/test_a.py::test_b"}
+    (row,) = build_rows(recorded, published_configs(), ran)
+    assert row.variants == [omni.slug]
+    assert row.verdict == "variant needs CUDA"
+    (row,) = build_rows(
+        recorded, published_configs(), ran | {"suites/conformance/test_w.py::test_omni"}
+    )
+    assert row.verdict == "not caught"
+
+
 def test_a_processor_option_is_set_when_some_request_gives_another_value():
     recorded = _recorded(
         [
@@ -127,7 +143,7 @@ def test_the_report_has_a_row_per_field_with_its_catchers():
     text = render_markdown(json.loads(json.dumps(report)))
     assert (
         "| `vision_config.video_temporal_patch_size` | `nano_nemotron_vl.py:1` | `1` | `2` | `1` "
-        "| v2-static-audio-t2 | 1 of 2: `test_b` | caught |"
+        "| `v2-static-audio-t2` | 1 of 2: `test_b` | caught |"
     ) in text
 
 
