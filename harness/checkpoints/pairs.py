@@ -7,8 +7,8 @@ user's checkpoint or engine varies, with the default first and the other value t
 how to build; :func:`covering_array` combines them so that every pair of values of any two axes
 is in some variant (covertable's greedy construction under a declared constraint, deterministic
 for the same axes; allpairspy's filter left five pairs out), where the pair is allowed
-(:func:`allowed`). Its size is bounded by :data:`MAX_VARIANTS`: 16 binary axes need at least 4
-variants, and one variant per pair of axis values would be 480.
+(:func:`allowed`). Its size is bounded by :data:`MAX_VARIANTS`: 18 binary axes need at least 4
+variants, and one variant per pair of axis values would be 612.
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ from harness.checkpoints.spec import ModelSpec
 #: Each option and its values, the default first: the checkpoint's (language model kind, tiling,
 #: audio tower, temporal patch, MTP layers, Parakeet's hop, tile side, the Omni form of Parakeet's
 #: convolutions, fp8 weights, the dtype it is saved in, the thumbnail tile, the pixel
-#: normalisation, ``mlp1``'s width, Parakeet's mel bins) and the engine's (EVS rate, tile
-#: limit). The last four are fields the config-field inventory found read with no variant
-#: setting them.
+#: normalisation, ``mlp1``'s width, Parakeet's mel bins, RADIO's registers and position-embedding
+#: table) and the engine's (EVS rate, tile limit). The last six are fields the config-field
+#: inventory found read with no variant setting them.
 AXES: dict[str, tuple[object, ...]] = {
     "language_model": ("v2", "omni"),
     "dynamic_resolution": (False, True),
@@ -43,6 +43,8 @@ AXES: dict[str, tuple[object, ...]] = {
     "pixel_normalisation": ("clip", "half"),
     "projector_hidden_size": (64, 32),
     "num_mel_bins": (16, 32),
+    "register_multiple": (8, None),
+    "cpe_max_size": (256, 512),
 }
 #: The most variants the covering array may have (each is built once per target).
 MAX_VARIANTS = 16

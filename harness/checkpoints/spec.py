@@ -83,6 +83,11 @@ class ModelSpec:
     use_thumbnail: bool = True
     # The pixel normalisation (``norm_mean`` / ``norm_std``), a name of PIXEL_NORMALISATIONS.
     pixel_normalisation: Literal["clip", "half"] = "clip"
+    # RADIO's timm arguments (``vision_config.args``): registers padding the class tokens to a
+    # multiple of this (None: none, as in both published checkpoints), and the side in pixels
+    # of the position-embedding table the patches' embeddings are cropped or interpolated from.
+    register_multiple: int | None = 8
+    cpe_max_size: int = 256
 
     # Sizes shared by every variant.
     hidden_size: int = 64
@@ -157,6 +162,10 @@ class ModelSpec:
             parts.append("no-thumbnail")
         if self.pixel_normalisation != "clip":
             parts.append(f"norm-{self.pixel_normalisation}")
+        if self.register_multiple != 8:
+            parts.append(f"registers-{self.register_multiple}")
+        if self.cpe_max_size != 256:
+            parts.append(f"cpe{self.cpe_max_size}")
         # The other fields too, when changed: the slug names the folder, one per spec.
         defaults = {f.name: f.default for f in dataclasses.fields(self)}
         for name, short in _CHANGED_FIELD_SLUGS:
@@ -219,8 +228,8 @@ def _vl_config(spec: ModelSpec) -> VLConfig:
         "mlp_size": mlp,
         "patch_size": spec.patch_size,
         "image_size": spec.image_size,
-        "cpe_max_size": 256,
-        "register_multiple": 8,
+        "cpe_max_size": spec.cpe_max_size,
+        "register_multiple": spec.register_multiple,
         "video_temporal_patch_size": spec.video_temporal_patch_size,
     }
     sound = {

@@ -123,11 +123,17 @@ class FieldRow:
             return "bookkeeping"
         if not self.variants:
             return "no variant"
-        if not self.served:
-            return "variant needs CUDA"
         if self.run_problem:
             return "not run"
-        return "caught" if self.caught_by else "not caught"
+        if self.caught_by:
+            return "caught"
+        return "not caught" if self.served else "variant needs CUDA"
+
+    @property
+    def to_ignore(self) -> bool:
+        """Whether an ignore run can tell something: a field of the checkpoint that some variant
+        sets, not run yet."""
+        return self.verdict in ("not caught", "variant needs CUDA") and not self.ignored_checks
 
 
 @functools.cache
@@ -221,7 +227,7 @@ def ignore_runs(rows: Sequence[FieldRow], baseline: SuiteRun, workdir: Path, par
     jobs = []
     by_key = {}
     for index, row in enumerate(rows):
-        if row.verdict != "not caught":
+        if not row.to_ignore:
             continue
         modules = modules_of([c for c in row.checks if c.startswith("suites/")])
         if not modules:
@@ -352,7 +358,7 @@ def inventory(out: Path, *, parallel: int, only: Sequence[str] = ()) -> dict[str
             if unknown:
                 raise InventoryError(f"--only: fields never read: {unknown}")
             for row in rows:
-                if row.name not in only and row.verdict == "not caught":
+                if row.name not in only and row.to_ignore:
                     row.run_problem = "not selected (--only)"
         started = time.perf_counter()
         ignore_runs(rows, baseline, workdir, parallel)

@@ -3,10 +3,11 @@ catalogue, against the reference.
 
 The checkpoint's options (language model kind, tiling, audio tower, temporal patch, MTP layers,
 Parakeet's hop, convolution biases and mel bins, tile side, fp8 weights, the dtype it is saved
-in, the thumbnail, the pixel normalisation, ``mlp1``'s width) and the engine's (EVS rate, tile
-limit) are combined by :func:`harness.checkpoints.pairs.covering_array` so that any two options'
-values meet in some variant (13 variants for 16 axes; the 4 with the Omni language model or fp8
-weights need CUDA; the fp32 checkpoint's are isolated too, see ``pairs.ISOLATED``). Each variant is
+in, the thumbnail, the pixel normalisation, ``mlp1``'s width, RADIO's registers and position
+table) and the engine's (EVS rate, tile limit) are combined by
+:func:`harness.checkpoints.pairs.covering_array` so that any two options' values meet in some
+variant (14 variants for 18 axes; the 4 with the Omni language model or fp8 weights need CUDA;
+the fp32 checkpoint's are isolated too, see ``pairs.ISOLATED``). Each variant is
 built once and serves every catalogued form it can (:func:`~harness.inputs.catalogue.forms_for`):
 its prompt, placeholders and rows must be the reference's on the same folder, rows within the
 bounds of each path in the dtype they come in (:func:`harness.oracles.rows.compare_with_reference`,

@@ -45,7 +45,7 @@ def test_the_main_variants_alone_cover_every_pair_of_the_values_not_isolated():
 
 
 def test_the_number_of_builds_is_bounded():
-    """At least the 4 variants 16 binary axes need (2 x 2 for any two of them), at most
+    """At least the 4 variants 18 binary axes need (2 x 2 for any two of them), at most
     MAX_VARIANTS; each distinct."""
     variants = covering_array()
     assert 4 <= len(variants) <= MAX_VARIANTS
