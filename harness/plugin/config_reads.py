@@ -75,6 +75,18 @@ NOT_OPTIONS = frozenset(
 ABSENT = object()
 
 
+def section_values(config: Mapping[str, Any], section: str) -> Mapping[str, Any]:
+    """The fields of ``section`` in a ``config.json`` content (none for a section it lacks, a
+    derived object's or the processor's options)."""
+    if section == "config":
+        return config
+    if section == ARGS_SECTION:
+        return (config.get("vision_config") or {}).get("args") or {}
+    if section in SECTIONS.values():
+        return config.get(section) or {}
+    return {}
+
+
 class ConfigReadsError(ValueError):
     """A field to ignore that is not one of the checkpoint's sections."""
 
@@ -133,14 +145,7 @@ class ConfigReads:
         """What the ignored field of ``section`` reads as: the default checkpoint's value, or
         :data:`ABSENT`."""
         assert self.ignore is not None
-        values: Mapping[str, Any]
-        if section == "config":
-            values = self.default_config
-        elif section == ARGS_SECTION:
-            values = self.default_config.get("vision_config", {}).get("args", {})
-        else:
-            values = self.default_config.get(section) or {}
-        return values.get(self.ignore[1], ABSENT)
+        return section_values(self.default_config, section).get(self.ignore[1], ABSENT)
 
     def watched_site(self, depth: int) -> str | None:
         """``file:line`` of the caller ``depth`` frames up when it is a watched file."""

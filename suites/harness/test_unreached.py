@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 
-from harness.model_files import VllmNotInstalled
 from harness.mutation.reach import functions_in_scope
 from harness.mutation.unreached import (
     REASONS,
@@ -19,6 +18,7 @@ from harness.mutation.unreached import (
     parse_lines,
     report_lines,
 )
+from suites.harness.helpers import needs_vllm
 
 F = "vllm/x.py:Model.forward"
 G = "vllm/x.py:Model.other"
@@ -72,15 +72,13 @@ def test_a_malformed_file_is_named(tmp_path: Path, text: str, message: str):
         load_explanations(path)
 
 
+@needs_vllm
 def test_the_committed_entries_name_lines_of_functions_in_the_scope():
     """Every entry names a function of the score's scope (found in the installed files by their
     syntax tree) and lines inside its body, for a reason of REASONS."""
     entries = load_explanations(UNREACHED_FILE)
     assert entries, f"{UNREACHED_FILE} has no entries"
-    try:
-        functions = {f.name: f for f in functions_in_scope()}
-    except VllmNotInstalled:
-        pytest.skip("vLLM is not installed: the scope's files are its")
+    functions = {f.name: f for f in functions_in_scope()}
     for entry in entries:
         assert entry.function in functions, f"{entry.function}: not a function of the scope"
         function = functions[entry.function]
