@@ -38,12 +38,17 @@ def kept_layers(pattern: str, layers_per_kind: int = 1) -> list[int]:
 
 
 def _apply_overrides(config: Any, overrides: Mapping[str, Any], where: str) -> dict[str, Any]:
-    """Validated field updates for a dataclass config; unknown keys name the config."""
+    """Validated field updates for a dataclass config; unknown keys name the config.
+
+    ``num_hidden_layers`` is left out where the config derives it (the language model's, from
+    its pattern, checked against the pattern by the caller); a config that has it as a field
+    (Parakeet's) takes it like any other."""
     names = {f.name for f in dataclasses.fields(config) if f.init}
-    unknown = sorted(set(overrides) - names - {"num_hidden_layers"})
+    derived = set() if "num_hidden_layers" in names else {"num_hidden_layers"}
+    unknown = sorted(set(overrides) - names - derived)
     if unknown:
         raise ConfigError(f"{where} overrides", f"fields of {type(config).__name__}", unknown)
-    updates = {k: v for k, v in overrides.items() if k != "num_hidden_layers"}
+    updates = {k: v for k, v in overrides.items() if k not in derived}
     if isinstance(updates.get("intermediate_size"), list):
         updates["intermediate_size"] = tuple(updates["intermediate_size"])
     return updates

@@ -7,8 +7,8 @@ user's checkpoint or engine varies, with the default first and the other value t
 how to build; :func:`covering_array` combines them so that every pair of values of any two axes
 is in some variant (covertable's greedy construction under a declared constraint, deterministic
 for the same axes; allpairspy's filter left five pairs out), where the pair is allowed
-(:func:`allowed`). Its size is bounded by :data:`MAX_VARIANTS`: 18 binary axes need at least 4
-variants, and one variant per pair of axis values would be 612.
+(:func:`allowed`). Its size is bounded by :data:`MAX_VARIANTS`: 21 binary axes need at least 4
+variants, and one variant per pair of axis values would be 840.
 """
 
 from __future__ import annotations
@@ -23,8 +23,10 @@ from harness.checkpoints.spec import ModelSpec
 #: audio tower, temporal patch, MTP layers, Parakeet's hop, tile side, the Omni form of Parakeet's
 #: convolutions, fp8 weights, the dtype it is saved in, the thumbnail tile, the pixel
 #: normalisation, ``mlp1``'s width, Parakeet's mel bins, RADIO's registers and position-embedding
-#: table) and the engine's (EVS rate, tile limit). The last six are fields the config-field
-#: inventory found read with no variant setting them.
+#: table, the language model's width, its other sizes, and Parakeet's sizes) and the engine's (EVS
+#: rate, tile limit). The last nine are fields the config-field inventory found read with no
+#: variant setting them (``text_sizes`` and ``sound_sizes`` change every size and bias switch
+#: the towers' vLLM code reads at once: spec.OTHER_TEXT_SIZES, spec.OTHER_SOUND_SIZES).
 AXES: dict[str, tuple[object, ...]] = {
     "language_model": ("v2", "omni"),
     "dynamic_resolution": (False, True),
@@ -44,6 +46,9 @@ AXES: dict[str, tuple[object, ...]] = {
     "num_mel_bins": (16, 32),
     "register_multiple": (8, None),
     "cpe_max_size": (256, 512),
+    "hidden_size": (64, 96),
+    "text_sizes": ("default", "other"),
+    "sound_sizes": ("default", "other"),
 }
 #: The most variants the covering array may have (each is built once per target).
 MAX_VARIANTS = 16

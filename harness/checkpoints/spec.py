@@ -41,6 +41,42 @@ PIXEL_NORMALISATIONS: dict[str, tuple[tuple[float, float, float], tuple[float, f
     "clip": ((0.48145466, 0.4578275, 0.40821073), (0.26862954, 0.26130258, 0.27577711)),
     "half": ((0.5, 0.5, 0.5), (0.5, 0.5, 0.5)),
 }
+#: The sizes a variant's language model and audio tower take: ``"default"`` (the tiny shapes
+#: every variant shares) or ``"other"``, where every size and bias switch the tower's vLLM code
+#: reads takes another valid value, so that code that read a constant instead builds the wrong
+#: shapes and the folder's weights do not load (the config-field inventory found these fields
+#: read with no variant setting them).
+Sizes = Literal["default", "other"]
+SIZES: tuple[Sizes, ...] = ("default", "other")
+#: NemotronH's ``text_config`` under ``text_sizes="other"`` (the attention, Mamba, MLP and MoE
+#: sizes, and the bias switches; the hidden size is its own field, ``hidden_size``).
+OTHER_TEXT_SIZES: dict[str, int | bool] = {
+    "num_attention_heads": 2,
+    "num_key_value_heads": 1,
+    "head_dim": 24,
+    "mamba_num_heads": 8,
+    "mamba_head_dim": 8,
+    "n_groups": 4,
+    "ssm_state_size": 8,
+    "conv_kernel": 3,
+    "intermediate_size": 96,
+    "moe_intermediate_size": 24,
+    "moe_shared_expert_intermediate_size": 40,
+    "use_bias": True,
+    "use_conv_bias": False,
+    "mlp_bias": True,
+}
+#: Parakeet's ``sound_config`` under ``sound_sizes="other"``.
+OTHER_SOUND_SIZES: dict[str, int | bool] = {
+    "hidden_size": 48,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 2,
+    "intermediate_size": 80,
+    "subsampling_conv_channels": 4,
+    "projection_hidden_size": 40,
+    "conv_kernel_size": 3,
+    "projection_bias": True,
+}
 _CHANGED_FIELD_SLUGS = (
     ("max_num_tiles", "tiles"),
     ("video_pruning_rate", "evs"),
@@ -88,6 +124,10 @@ class ModelSpec:
     # of the position-embedding table the patches' embeddings are cropped or interpolated from.
     register_multiple: int | None = 8
     cpe_max_size: int = 256
+    # The language model's and the audio tower's sizes (SIZES): the shared tiny ones, or every
+    # size their vLLM code reads changed (OTHER_TEXT_SIZES, OTHER_SOUND_SIZES).
+    text_sizes: Sizes = "default"
+    sound_sizes: Sizes = "default"
 
     # Sizes shared by every variant.
     hidden_size: int = 64
@@ -124,6 +164,11 @@ class ModelSpec:
                 "ModelSpec.pixel_normalisation: expected one of "
                 f"{sorted(PIXEL_NORMALISATIONS)}, got {self.pixel_normalisation!r}"
             )
+        for name in ("text_sizes", "sound_sizes"):
+            if getattr(self, name) not in SIZES:
+                raise ValueError(
+                    f"ModelSpec.{name}: expected one of {list(SIZES)}, got {getattr(self, name)!r}"
+                )
         if self.quantization == "fp8" and self.language_model != "v2":
             raise ValueError(
                 "ModelSpec.quantization: 'fp8' is written for the 'v2' language model only (no "
@@ -166,6 +211,10 @@ class ModelSpec:
             parts.append(f"registers-{self.register_multiple}")
         if self.cpe_max_size != 256:
             parts.append(f"cpe{self.cpe_max_size}")
+        if self.text_sizes != "default":
+            parts.append(f"lm-{self.text_sizes}-sizes")
+        if self.sound_sizes != "default":
+            parts.append(f"sound-{self.sound_sizes}-sizes")
         # The other fields too, when changed: the slug names the folder, one per spec.
         defaults = {f.name: f.default for f in dataclasses.fields(self)}
         for name, short in _CHANGED_FIELD_SLUGS:
@@ -220,6 +269,8 @@ def _vl_config(spec: ModelSpec) -> VLConfig:
         "moe_shared_expert_intermediate_size": 48,
         "num_nextn_predict_layers": 1 if spec.mtp else 0,
     }
+    if spec.text_sizes == "other":
+        text.update(OTHER_TEXT_SIZES)
     vision = {
         "model_name": RADIO_MODEL,
         "hidden_size": hidden,
@@ -244,6 +295,8 @@ def _vl_config(spec: ModelSpec) -> VLConfig:
         "hop_length": spec.audio_hop_length,
         "convolution_bias": spec.audio_convolution_bias,
     }
+    if spec.sound_sizes == "other":
+        sound.update(OTHER_SOUND_SIZES)
     overrides: dict[str, object] = {
         "text_config": text,
         "vision_config": vision,

@@ -7,6 +7,7 @@ only, one per tower path.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
@@ -38,6 +39,13 @@ class RequestForm:
     @functools.cached_property
     def request(self) -> Request:
         return self.build(self.spec)
+
+    def request_for(self, spec: ModelSpec) -> Request:
+        """The request sent to another variant ``spec``: the same, with precomputed embeddings
+        as wide as ``spec``'s language model (the one size of a request a variant sets)."""
+        if spec.hidden_size == self.spec.hidden_size:
+            return self.request
+        return self.build(dataclasses.replace(self.spec, hidden_size=spec.hidden_size))
 
 
 STATIC = ModelSpec()

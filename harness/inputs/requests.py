@@ -87,6 +87,30 @@ class VideoFile(VideoClip):
         )
 
 
+@dataclass(frozen=True)
+class AudioClip:
+    """Mono float32 samples at ``rate`` Hz, as a user sends audio recorded at another rate than
+    the model's (a plain array is at :data:`AUDIO_SAMPLE_RATE`): the engine's media loader
+    resamples it to the model's rate (vLLM's ``(samples, rate)`` audio item)."""
+
+    samples: np.ndarray
+    rate: int
+
+    def __post_init__(self) -> None:
+        if isinstance(self.rate, bool) or not isinstance(self.rate, int) or self.rate <= 0:
+            raise ValueError(f"AudioClip.rate: expected a positive int (Hz), got {self.rate!r}")
+        if not isinstance(self.samples, np.ndarray) or self.samples.ndim != 1:
+            got = getattr(self.samples, "shape", type(self.samples).__name__)
+            raise ValueError(f"AudioClip.samples: expected a [n] array, got {got}")
+
+
+def audio_with_rate(item: object) -> tuple[Any, int]:
+    """An audio item of a request as ``(samples, rate)``."""
+    if isinstance(item, AudioClip):
+        return item.samples, item.rate
+    return item, AUDIO_SAMPLE_RATE
+
+
 def track_seconds(video: object) -> float | None:
     """The length of a video item's audio track: None for frames without a file, or a file
     without a track."""
@@ -94,7 +118,8 @@ def track_seconds(video: object) -> float | None:
 
 
 #: One modality's items: media (PIL images or ``[H, W, 3]`` uint8 arrays; clips; mono float32
-#: audio at :data:`AUDIO_SAMPLE_RATE`), or precomputed embeddings: a stacked ``[n, f, h]`` tensor
+#: audio at :data:`AUDIO_SAMPLE_RATE`, or an :class:`AudioClip` at another rate), or precomputed
+#: embeddings: a stacked ``[n, f, h]`` tensor
 #: or a list of ``[f_i, h]`` tensors.
 Items = list[Any] | torch.Tensor
 

@@ -19,7 +19,14 @@ from harness.inputs.media import (
     sampled_clip,
 )
 from harness.inputs.model_kwargs import InputGroup
-from harness.inputs.requests import AUDIO_SAMPLE_RATE, PLACEHOLDER, Items, Request, VideoClip
+from harness.inputs.requests import (
+    AUDIO_SAMPLE_RATE,
+    PLACEHOLDER,
+    AudioClip,
+    Items,
+    Request,
+    VideoClip,
+)
 
 #: Keyword arguments a model's ``embed_multimodal`` receives that name no multimodal input.
 UNRELATED_KWARGS: dict[str, object] = {
@@ -180,15 +187,15 @@ def image_near_a_threshold(draw: st.DrawFn, spec: ModelSpec) -> tuple[int, int]:
     """An image's ``(height, width)`` where the tilers' choices change: a few pixels either side
     of a grid of whole tiles (``cols x rows`` of ``image_size`` with ``cols * rows`` up to the
     tile limit and one past it, which moves the static tiler's aspect-ratio pick and the dynamic
-    tiler's patch grid), or an extreme aspect ratio (up to 1:64) with a short side of 8 to
-    20 px."""
+    tiler's patch grid), or an extreme aspect ratio (up to 1:64) with a short side of 1 to
+    20 px (under a patch's 16 px, as a thumbnail or a one-pixel line is)."""
     side = spec.image_size
     if draw(st.booleans()):
         cols = draw(st.integers(1, spec.max_num_tiles + 1))
         rows = draw(st.integers(1, max(1, (spec.max_num_tiles + 1) // cols)))
         nudge = st.integers(-3, 3)
         return max(8, rows * side + draw(nudge)), max(8, cols * side + draw(nudge))
-    short, ratio = draw(st.integers(8, 20)), draw(st.integers(8, 64))
+    short, ratio = draw(st.integers(1, 20)), draw(st.integers(1, 64))
     return (short, short * ratio) if draw(st.booleans()) else (short * ratio, short)
 
 
@@ -209,13 +216,17 @@ def image_requests(draw: st.DrawFn, spec: ModelSpec, filler: int = 0) -> Request
 #: spans (hop 160, three stride-2 convolutions: 8 mel frames).
 AUDIO_CLIP_SAMPLES = 30 * AUDIO_SAMPLE_RATE
 AUDIO_TOKEN_SAMPLES = 160 * 8
+#: The rates a drawn audio is recorded at: the model's, and rates users record at that vLLM's
+#: loader resamples from (telephony, CD and its half, video and its half).
+AUDIO_RATES = (AUDIO_SAMPLE_RATE, 8000, 22050, 44100, 48000, 24000)
 
 
 @st.composite
 def audio_requests(draw: st.DrawFn, spec: ModelSpec) -> Request:
     """A request with one or two audios whose lengths sit around a clip boundary (1 or 2 clips
     of 30 s) within about one audio token's samples either side, so that both the split into
-    clips and the last clip's token count change within the range drawn."""
+    clips and the last clip's token count change within the range drawn; recorded at the
+    model's 16 kHz or at a rate the engine resamples from (:data:`AUDIO_RATES`)."""
     seed = draw(st.integers(0, 2**16))
     lengths = draw(
         st.lists(
@@ -228,7 +239,14 @@ def audio_requests(draw: st.DrawFn, spec: ModelSpec) -> Request:
             max_size=2,
         )
     )
-    audios = [audio_samples(n, seed + i) for i, n in enumerate(lengths)]
+    rate = draw(st.sampled_from(AUDIO_RATES))
+    audios: list[object] = [
+        audio_samples(n, seed + i)
+        if rate == AUDIO_SAMPLE_RATE
+        # As long at ``rate``, so that resampled it sits about as near the boundary.
+        else AudioClip(audio_samples(n * rate // AUDIO_SAMPLE_RATE, seed + i), rate)
+        for i, n in enumerate(lengths)
+    ]
     return Request(_prompt(draw, {"audio": audios}), audios=audios)
 
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import re
 import tomllib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -99,6 +100,13 @@ def _leaves(exc: BaseException) -> list[BaseException]:
     if isinstance(exc, BaseExceptionGroup):
         return [leaf for sub in exc.exceptions for leaf in _leaves(sub)]
     return [exc]
+
+
+def explained_by(failure: BaseException | list[str], pinned: Sequence[Deviation]) -> str | None:
+    """The check of the first of ``pinned`` whose cause ``failure`` is (an exception, or the
+    bounds a form's rows exceed, as a parity check's assertion states them), if any."""
+    error = AssertionError("; ".join(failure)) if isinstance(failure, list) else failure
+    return next((d.check for d in pinned if d.cause_of(error) is None), None)
 
 
 def deviations_path(name: str) -> Path:

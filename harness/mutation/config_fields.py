@@ -21,10 +21,18 @@ reads during the suites, measured, with the check that fails if vLLM ignored it.
 The report (``config-fields.md`` and ``.json``) has one row per field with its verdict:
 ``caught`` (a check fails when it is ignored), ``not caught`` (a variant sets it, and no check
 fails), ``no variant`` (every variant the suites build holds the default's value, or none),
-``variant needs CUDA`` (only variants a CPU vLLM cannot build set it),
+``no variant, explained`` (no variant sets it, for the reason ``fixtures/config_fields.toml``
+gives: one of :data:`REASONS`), ``variant needs CUDA`` (only variants a CPU vLLM cannot build set
+it),
 ``a section`` (the attribute that holds a sub-config), ``bookkeeping`` (what every transformers
 config holds, read when vLLM copies a whole config) or ``derived`` (an object vLLM built from
-the checkpoint's, not a field of the checkpoint).
+the checkpoint's, not a field of the checkpoint). An entry of ``fixtures/config_fields.toml``
+for a field that some variant now sets, or that nothing reads, is listed as stale.
+
+    nemotron-vl-config-fields --explain-only
+
+re-reads ``config-fields.json`` and applies the reasons again, without a run (for an edit of the
+reasons alone).
 """
 
 from __future__ import annotations
@@ -36,6 +44,7 @@ import json
 import sys
 import tempfile
 import time
+import tomllib
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -61,6 +70,66 @@ FAILED = frozenset({"fail", "error", "xpass"})
 #: the field changes what happens).
 HELD = frozenset({"pass", "xfail"})
 PUBLISHED_NAMES = ("Nemotron Nano 12B v2 VL", "Nemotron 3 Nano Omni")
+REASONS_FILE = ROOT / "fixtures" / "config_fields.toml"
+#: Why no variant sets a field the model's vLLM code reads, and what that means.
+REASONS = {
+    "forward": "read only by the language model's forward pass (or its MoE router), which vLLM "
+    "runs only on CUDA: no CPU check sees a value it changes",
+    "absent": "in neither published checkpoint nor ours: every read sees its default",
+    "name": "set by RADIO's model name, which fixes the vision tower's sizes (the tiny variants "
+    "use the smallest name)",
+    "fixed": "one value serves this model in vLLM 0.33.0: vLLM's own code passes it, or "
+    "another value fails before any request",
+    "direct": "a serving option a named check sets itself and judges directly",
+    "option": "a value no variant builds yet, though a checkpoint could set it: a candidate "
+    "variant, named with why it is not built",
+}
+
+
+class ReasonsFileError(ValueError):
+    """``fixtures/config_fields.toml`` is malformed; the message names the entry and the key."""
+
+
+@dataclass(frozen=True)
+class FieldReason:
+    """Why no variant sets ``name`` (``SECTION.FIELD``)."""
+
+    name: str
+    reason: str
+    why: str
+
+
+def load_reasons(path: Path = REASONS_FILE) -> dict[str, FieldReason]:
+    """The entries of ``path`` by field; every malformed one raises :class:`ReasonsFileError`."""
+    if not path.is_file():
+        return {}
+    try:
+        data = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as e:
+        raise ReasonsFileError(f"{path}: not valid TOML: {e}") from e
+    if set(data) - {"field"}:
+        raise ReasonsFileError(f"{path}: expected only [[field]] tables, got {sorted(set(data))}")
+    keys = {"name", "reason", "why"}
+    reasons: dict[str, FieldReason] = {}
+    for i, entry in enumerate(data.get("field", [])):
+        where = f"{path.name}: entry #{i + 1}"
+        if not isinstance(entry, dict) or set(entry) != keys:
+            got = sorted(entry) if isinstance(entry, dict) else type(entry).__name__
+            raise ReasonsFileError(f"{where}: expected the keys {sorted(keys)}, got {got}")
+        if not all(isinstance(entry[k], str) for k in keys):
+            raise ReasonsFileError(f"{where}: every value must be a string")
+        if "." not in entry["name"]:
+            raise ReasonsFileError(
+                f"{where}: name: expected 'SECTION.FIELD', got {entry['name']!r}"
+            )
+        if entry["reason"] not in REASONS:
+            raise ReasonsFileError(
+                f"{where}: reason: expected one of {sorted(REASONS)}, got {entry['reason']!r}"
+            )
+        if entry["name"] in reasons:
+            raise ReasonsFileError(f"{where}: name: {entry['name']!r} has an entry already")
+        reasons[entry["name"]] = FieldReason(entry["name"], entry["reason"], entry["why"].strip())
+    return reasons
 
 
 class InventoryError(ValueError):
@@ -102,6 +171,9 @@ class FieldRow:
     served: bool = True
     caught_by: list[str] = dataclasses.field(default_factory=list)
     run_problem: str = ""
+    #: why no variant sets it (REASONS), and in words, from fixtures/config_fields.toml
+    reason: str = ""
+    why: str = ""
 
     @property
     def name(self) -> str:
@@ -116,7 +188,7 @@ class FieldRow:
         if self.field in bookkeeping_fields():
             return "bookkeeping"
         if not self.variants:
-            return "no variant"
+            return "no variant, explained" if self.reason else "no variant"
         if self.run_problem:
             return "not run"
         if self.caught_by:
@@ -251,13 +323,37 @@ def ignore_runs(rows: Sequence[FieldRow], baseline: SuiteRun, workdir: Path, par
         print(f"  {row.name}: {len(row.caught_by)} of {len(run.checks)} checks fail", flush=True)
 
 
-def build_report(rows: Sequence[FieldRow], meta: Mapping[str, Any]) -> dict[str, Any]:
+def explain(rows: Sequence[FieldRow], reasons: Mapping[str, FieldReason]) -> list[str]:
+    """Give each row no variant sets its entry's reason; return the stale entries: those for a
+    field some variant now sets, or that nothing read."""
+    for row in rows:
+        row.reason = row.why = ""
+    by_name = {row.name: row for row in rows}
+    stale = []
+    for name, entry in sorted(reasons.items()):
+        explained = by_name.get(name)
+        if explained is None or explained.variants:
+            why = (
+                "no longer read"
+                if explained is None
+                else f"set by {len(explained.variants)} variant(s)"
+            )
+            stale.append(f"{name}: {why}")
+            continue
+        explained.reason, explained.why = entry.reason, entry.why
+    return stale
+
+
+def build_report(
+    rows: Sequence[FieldRow], meta: Mapping[str, Any], stale: Sequence[str] = ()
+) -> dict[str, Any]:
     counts: dict[str, int] = {}
     for row in rows:
         counts[row.verdict] = counts.get(row.verdict, 0) + 1
     return {
         "meta": dict(meta),
         "verdicts": counts,
+        "stale_reasons": list(stale),
         "fields": [asdict(row) | {"verdict": row.verdict} for row in rows],
     }
 
@@ -272,6 +368,7 @@ VERDICT_ORDER = (
     "not caught",
     "no variant",
     "variant needs CUDA",
+    "no variant, explained",
     "not run",
     "caught",
     "a section",
@@ -306,6 +403,14 @@ def render_markdown(report: Mapping[str, Any]) -> str:
         + " | verdict |",
         "|---|---|---|---|---|---|---|---|",
     ]
+    stale = report.get("stale_reasons", [])
+    if stale:
+        lines[lines.index("| verdict | fields |") - 1 : lines.index("| verdict | fields |") - 1] = [
+            "",
+            "**Stale entries of `fixtures/config_fields.toml`** (remove them):",
+            "",
+            *(f"- {s}" for s in stale),
+        ]
     order = {v: i for i, v in enumerate(VERDICT_ORDER)}
     for row in sorted(
         report["fields"], key=lambda r: (order[r["verdict"]], r["section"], r["field"])
@@ -326,6 +431,8 @@ def render_markdown(report: Mapping[str, Any]) -> str:
             f"{len(row['caught_by'])} of {len(row['ignored_checks'])}: "
             + ", ".join(f"`{c.split('::')[-1]}`" for c in row["caught_by"][:2])
             if row["ignored_checks"]
+            else f"{row['reason']}: {row['why']}"
+            if row.get("reason")
             else row["run_problem"]
         )
         lines.append(
@@ -347,6 +454,7 @@ def inventory(out: Path, *, parallel: int, only: Sequence[str] = ()) -> dict[str
         record_wall = round(time.perf_counter() - started, 1)
         ran = {c["id"] for c in baseline.checks if c["outcome"] != "skip"}
         rows = build_rows(recorded, published_configs(), ran)
+        stale = explain(rows, load_reasons())
         if only:
             unknown = sorted(set(only) - {r.name for r in rows})
             if unknown:
@@ -368,10 +476,29 @@ def inventory(out: Path, *, parallel: int, only: Sequence[str] = ()) -> dict[str
             "variants": len(recorded.get("variants", [])),
             "checks": len(recorded.get("checks", [])),
         },
+        stale,
     )
+    write_report(out, report)
+    return report
+
+
+def write_report(out: Path, report: Mapping[str, Any]) -> None:
     out.mkdir(parents=True, exist_ok=True)
     replace_text(out / f"{REPORT_STEM}.json", json.dumps(report, indent=1) + "\n")
     replace_text(out / f"{REPORT_STEM}.md", render_markdown(report))
+
+
+def explain_again(out: Path, reasons: Mapping[str, FieldReason]) -> dict[str, Any]:
+    """The committed report with the reasons applied again (no run)."""
+    path = out / f"{REPORT_STEM}.json"
+    if not path.is_file():
+        raise InventoryError(f"--explain-only: no report at {path} (run the inventory first)")
+    document = json.loads(path.read_text())
+    names = {f.name for f in dataclasses.fields(FieldRow)}
+    rows = [FieldRow(**{k: v for k, v in row.items() if k in names}) for row in document["fields"]]
+    stale = explain(rows, reasons)
+    report = build_report(rows, document["meta"], stale)
+    write_report(out, report)
     return report
 
 
@@ -382,12 +509,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--only", nargs="*", default=(), metavar="SECTION.FIELD", help="ignore only these fields"
     )
+    parser.add_argument(
+        "--explain-only",
+        action="store_true",
+        help="apply fixtures/config_fields.toml to the report in --out again, without a run",
+    )
     args = parser.parse_args(argv)
     if args.parallel < 1:
         parser.error(f"--parallel: expected a positive number, got {args.parallel}")
     try:
-        report = inventory(args.out, parallel=args.parallel, only=args.only)
-    except InventoryError as e:
+        if args.explain_only:
+            report = explain_again(args.out, load_reasons())
+        else:
+            report = inventory(args.out, parallel=args.parallel, only=args.only)
+    except (InventoryError, ReasonsFileError) as e:
         print(f"nemotron-vl-config-fields: {e}", file=sys.stderr)
         return 2
     print(f"config fields: {report['verdicts']} -> {args.out / REPORT_STEM}.md")

@@ -69,6 +69,7 @@ UNFINGERPRINTED = (
     "harness/gpu",
     "fixtures/mutation_survivors.toml",
     "fixtures/unreached.toml",
+    "fixtures/config_fields.toml",
 )
 #: The measuring process's environment, over the caller's (see the module's docstring).
 MEASURING_ENV = {"TORCH_COMPILE_DISABLE": "1"}

@@ -18,6 +18,7 @@ import torch
 from harness.checkpoints.serving import DEFAULT_SERVING, ServingConfig
 from harness.inputs.catalogue import FORMS_BY_NAME
 from harness.inputs.requests import RequestResult
+from harness.jobs.deviations import Deviation, deviations_path, load_deviations
 from harness.targets import (
     TARGET_CHOICES,
     ModelSpec,
@@ -180,7 +181,9 @@ class RequestRuns:
         if key not in self._outcomes:
             model = self.model(form, serving, spec)  # NeedsCuda etc. propagate: not an outcome
             try:
-                self._outcomes[key] = model.run_request(FORMS_BY_NAME[form].request, cached=cached)
+                catalogued = FORMS_BY_NAME[form]
+                request = catalogued.request_for(spec) if spec else catalogued.request
+                self._outcomes[key] = model.run_request(request, cached=cached)
             except Exception as e:
                 self._outcomes[key] = e
         outcome = self._outcomes[key]
@@ -192,6 +195,14 @@ class RequestRuns:
 @pytest.fixture(scope="session")
 def request_runs(target: Target, device: torch.device) -> RequestRuns:
     return RequestRuns(target, device)
+
+
+@pytest.fixture(scope="session")
+def pinned_deviations(target: Target) -> list[Deviation]:
+    """The target's known deviations (``fixtures/deviations/``): a failure one of them explains
+    (its exception and message, or the bound it exceeds) is that deviation's, pinned where a
+    catalogued check reaches it, not a new problem."""
+    return list(load_deviations(deviations_path(target.name)).values())
 
 
 @pytest.fixture(scope="session")

@@ -3,9 +3,9 @@ reference's.
 
 For every request form with media, each item's processor outputs (``pixel_values_flat``,
 ``pixel_values_flat_video``, ``input_audio_features`` and its ``feature_attention_mask``) are
-compared with the reference processor's in fp32 (before the engine's cast to the model's dtype;
-a processor that makes a feature in a narrower dtype itself is allowed that rounding on top),
-elementwise within :data:`harness.oracles.parity.FEATURE_BOUNDS`; masks exactly. A front-end bug
+compared with the reference processor's (:func:`harness.oracles.features.compare_features`: in
+fp32 before the engine's cast to the model's dtype, elementwise within
+:data:`harness.oracles.parity.FEATURE_BOUNDS`; masks exactly). A front-end bug
 (window, mel filter bank, normalisation, padding mask, resize, pixel normalisation) shows here
 before a tower's rounding can hide it. The largest error per item goes into the report.
 """
@@ -16,13 +16,7 @@ import pytest
 import torch
 
 from harness.inputs.catalogue import FORMS_BY_NAME, REQUEST_FORMS
-from harness.oracles.parity import (
-    EXACT_FEATURE_KEYS,
-    UNIT_ROUNDOFF,
-    feature_allowance,
-    feature_error,
-    max_feature_error,
-)
+from harness.oracles.features import compare_features
 
 pytestmark = pytest.mark.concern("requests")
 
@@ -51,43 +45,6 @@ def test_features_match_the_reference(target, reference_target, device, form, re
     spec, request = FORMS_BY_NAME[form].spec, FORMS_BY_NAME[form].request
     actual = target.model(spec, device).request_features(request)
     expected = reference_target.model(spec, torch.device("cpu")).request_features(request)
-    assert [(f.modality, f.index) for f in actual] == [(f.modality, f.index) for f in expected], (
-        "items with features differ from the reference's"
-    )
-    measured: dict[str, object] = {}
-    record_property("measured", measured)  # filled below: a failing check keeps what it saw
-    for got, want in zip(actual, expected, strict=True):
-        name = f"{got.modality}[{got.index}]"
-        assert set(got.tensors) == set(want.tensors), (
-            f"{name}: feature keys {sorted(got.tensors)}, the reference's {sorted(want.tensors)}"
-        )
-        for key, reference in want.tensors.items():
-            tensor = got.tensors[key]
-            assert tuple(tensor.shape) == tuple(reference.shape), (
-                f"{name}: {key} shaped {tuple(tensor.shape)}, the reference's "
-                f"{tuple(reference.shape)}"
-            )
-            if key in EXACT_FEATURE_KEYS:
-                assert torch.equal(tensor.cpu(), reference), (
-                    f"{name}: {key}: expected the reference's ({int(reference.sum())} of "
-                    f"{reference.numel()} set), got {int(tensor.sum())} set, differing at "
-                    f"{int((tensor.cpu() != reference).sum())} places"
-                )
-                continue
-            assert tensor.dtype in UNIT_ROUNDOFF, (
-                f"{name}: {key}: expected a floating dtype {sorted(map(str, UNIT_ROUNDOFF))}, "
-                f"got {tensor.dtype}"
-            )
-            error, allowed, where = feature_error(key, tensor, reference)
-            atol, rtol = feature_allowance(key, tensor.dtype)
-            measured[f"{name} {key}"] = {
-                "kind": "features",
-                "dtype": str(tensor.dtype).removeprefix("torch."),
-                "max_abs_error": float(f"{max_feature_error(tensor, reference):.3g}"),
-                "atol": atol,
-                "rtol": float(f"{rtol:.3g}"),
-            }
-            assert error <= allowed, (
-                f"{name}: {key}{list(where)} is {float(tensor[where]):.6g}, the reference's "
-                f"{float(reference[where]):.6g}: error {error:.3g}, allowed {allowed:.3g}"
-            )
+    measured, problems = compare_features(actual, expected)
+    record_property("measured", measured)
+    assert not problems, "; ".join(problems)

@@ -4,15 +4,15 @@ catalogue, against the reference.
 The checkpoint's options (language model kind, tiling, audio tower, temporal patch, MTP layers,
 Parakeet's hop, convolution biases and mel bins, tile side, fp8 weights, the dtype it is saved
 in, the thumbnail, the pixel normalisation, ``mlp1``'s width, RADIO's registers and position
-table) and the engine's (EVS rate, tile limit) are combined by
-:func:`harness.checkpoints.pairs.covering_array` so that any two options' values meet in some
-variant (14 variants for 18 axes; the 4 with the Omni language model or fp8 weights need CUDA;
-the fp32 checkpoint's are isolated too, see ``pairs.ISOLATED``). Each variant is
-built once and serves every catalogued form it can (:func:`~harness.inputs.catalogue.forms_for`):
-its prompt, placeholders and rows must be the reference's on the same folder, rows within the
-bounds of each path in the dtype they come in (:func:`harness.oracles.rows.compare_with_reference`,
-as ``test_parity``). The reference is the oracle, so the check does not run on the reference
-target.
+table, the language model's width and other sizes, Parakeet's sizes) and the engine's (EVS rate,
+tile limit) are combined by :func:`harness.checkpoints.pairs.covering_array` so that any two
+options' values meet in some variant (15 variants for 21 axes; the 4 with the Omni language
+model or fp8 weights need CUDA; the fp32 checkpoint's are isolated too, see ``pairs.ISOLATED``).
+Each variant is built once and serves every catalogued form it can
+(:func:`~harness.inputs.catalogue.forms_for`): its prompt, placeholders and rows must be the
+reference's on the same folder, rows within the bounds of each path in the dtype they come in
+(:func:`harness.oracles.rows.compare_with_reference`, as ``test_parity``). The reference is the
+oracle, so the check does not run on the reference target.
 """
 
 from __future__ import annotations
@@ -22,10 +22,9 @@ import pytest
 from harness.checkpoints.pairs import covering_array
 from harness.checkpoints.spec import ModelSpec
 from harness.inputs.catalogue import RequestForm, forms_for
-from harness.jobs.deviations import Deviation, describe, deviations_path, load_deviations
+from harness.jobs.deviations import describe, explained_by
 from harness.oracles.bounds import CalibrationTable, uncalibrated_table
 from harness.oracles.rows import compare_with_reference
-from harness.targets import Target
 from suites.conformance.test_parity import _same_prompt_and_positions
 
 pytestmark = pytest.mark.concern("requests")
@@ -73,7 +72,13 @@ def rows_comparable(form: RequestForm, spec: ModelSpec) -> bool:
 #: channel errors differently.
 CALIBRATED_SHAPES = {
     name: getattr(ModelSpec(), name)
-    for name in ("image_size", "projector_hidden_size", "num_mel_bins")
+    for name in (
+        "image_size",
+        "projector_hidden_size",
+        "num_mel_bins",
+        "hidden_size",
+        "sound_sizes",
+    )
 }
 
 
@@ -88,23 +93,9 @@ def bounds_table(spec: ModelSpec) -> CalibrationTable | None:
     return uncalibrated_table(f"tower shapes the calibration did not measure: {', '.join(changed)}")
 
 
-@pytest.fixture(scope="module")
-def pinned(target: Target) -> list[Deviation]:
-    """The target's known deviations: a failure one of them explains (its exception and message)
-    is that deviation's, pinned where a catalogued check reaches it, not a new problem."""
-    return list(load_deviations(deviations_path(target.name)).values())
-
-
-def known_deviation(failure: Exception | list[str], pinned: list[Deviation]) -> str | None:
-    """The check of the first pinned deviation whose cause ``failure`` is (an exception, or the
-    bounds a form's rows exceed, as a parity check's assertion states them), if any."""
-    error = AssertionError("; ".join(failure)) if isinstance(failure, list) else failure
-    return next((d.check for d in pinned if d.cause_of(error) is None), None)
-
-
 @pytest.mark.parametrize("variant", list(VARIANTS))
 def test_a_variant_of_the_covering_array_serves_the_catalogue_as_the_reference(
-    target, device, reference_runs, pinned, variant, record_property
+    target, device, reference_runs, pinned_deviations, variant, record_property
 ):
     spec = VARIANTS[variant]
     model = target.model(spec, device)
@@ -115,7 +106,7 @@ def test_a_variant_of_the_covering_array_serves_the_catalogue_as_the_reference(
     for form in forms_for(spec, PAIRWISE_FORMS):
         expected = reference_runs.run(form.name, spec=spec)
         try:
-            actual = model.run_request(form.request)
+            actual = model.run_request(form.request_for(spec))
             if not rows_comparable(form, spec):
                 _same_prompt_and_positions(actual, expected)
                 measured[form.name] = {
@@ -124,16 +115,21 @@ def test_a_variant_of_the_covering_array_serves_the_catalogue_as_the_reference(
                 }
                 continue
             numbers, found = compare_with_reference(
-                actual, expected, form.request, spec, served=model.input_dtype, table=table
+                actual,
+                expected,
+                form.request_for(spec),
+                spec,
+                served=model.input_dtype,
+                table=table,
             )
         except Exception as e:  # one form's failure must not hide the others'
-            known = known_deviation(e, pinned)
+            known = explained_by(e, pinned_deviations)
             if known is not None:
                 measured[form.name] = {"kind": NOTE, "known deviation": known}
             else:
                 problems.append(f"{form.name}: {describe(e)}")
             continue
-        if found and (known := known_deviation(found, pinned)) is not None:
+        if found and (known := explained_by(found, pinned_deviations)) is not None:
             measured[form.name] = {"kind": NOTE, "known deviation": known}
             continue
         measured |= {f"{form.name} {item}": n for item, n in numbers.items()}

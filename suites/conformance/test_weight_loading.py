@@ -49,6 +49,10 @@ VARIANTS = {
     "no-conv-bias": ModelSpec(audio_convolution_bias=False),
     # Every layer kind of the Omni language model (MoE included): vLLM builds it on CUDA only.
     "omni-lm": ModelSpec(language_model="omni"),
+    # Every other size and bias switch the language model's and Parakeet's vLLM code reads
+    # (spec.OTHER_TEXT_SIZES, OTHER_SOUND_SIZES), and a wider language model: a size vLLM read
+    # wrongly builds a parameter of another shape, which must not hold the checkpoint's tensor.
+    "other-sizes": ModelSpec(text_sizes="other", sound_sizes="other", hidden_size=96),
 }
 
 

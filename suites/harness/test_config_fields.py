@@ -4,18 +4,27 @@ a check of the suites, against vLLM)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
 from typing import Any
 
+import pytest
+
 from harness.checkpoints.spec import ModelSpec
 from harness.mutation.config_fields import (
     ABSENT,
     PUBLISHED_NAMES,
+    REASONS,
+    REPORT_STEM,
+    FieldReason,
     FieldRow,
+    ReasonsFileError,
     build_report,
     build_rows,
+    explain,
+    load_reasons,
     modules_of,
     published_configs,
     render_markdown,
@@ -145,6 +154,82 @@ def test_the_report_has_a_row_per_field_with_its_catchers():
         "| `vision_config.video_temporal_patch_size` | `nano_nemotron_vl.py:1` | `1` | `2` | `1` "
         "| `v2-static-audio-t2` | 1 of 2: `test_b` | caught |"
     ) in text
+
+
+def _row(field: str, variants: list[str]) -> FieldRow:
+    return FieldRow(
+        section="text_config",
+        field=field,
+        sites=["vllm/model_executor/models/nemotron_h.py:1"],
+        checks=["suites/conformance/test_a.py::test_b"],
+        published={PUBLISHED_NAMES[0]: 1e-5, PUBLISHED_NAMES[1]: 1e-5},
+        default=1e-5,
+        values_seen=[],
+        variants=variants,
+    )
+
+
+def test_a_field_no_variant_sets_takes_its_entry_s_reason_and_stale_entries_are_named():
+    rows = [_row("layer_norm_epsilon", []), _row("head_dim", ["v2-lm-other-sizes"])]
+    reasons = {
+        "text_config.layer_norm_epsilon": FieldReason(
+            "text_config.layer_norm_epsilon", "forward", "the forward pass's norms"
+        ),
+        "text_config.head_dim": FieldReason("text_config.head_dim", "option", "no variant yet"),
+        "text_config.gone": FieldReason("text_config.gone", "absent", "renamed"),
+    }
+    stale = explain(rows, reasons)
+    assert [r.verdict for r in rows] == ["no variant, explained", "not caught"]
+    assert stale == [
+        "text_config.gone: no longer read",
+        "text_config.head_dim: set by 1 variant(s)",
+    ]
+    report = build_report(rows, {"vllm": "0.33.0"}, stale)
+    assert report["verdicts"] == {"no variant, explained": 1, "not caught": 1}
+    text = render_markdown(json.loads(json.dumps(report)))
+    assert "| forward: the forward pass's norms | no variant, explained |" in text
+    assert "- text_config.head_dim: set by 1 variant(s)" in text
+    # A row whose entry went stale is no longer explained.
+    assert explain(rows, {}) == []
+    assert rows[0].verdict == "no variant"
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ('[[field]]\nname = "a.b"\nreason = "because"\nwhy = "x"\n', "reason: expected one of"),
+        ('[[field]]\nname = "ab"\nreason = "fixed"\nwhy = "x"\n', "name: expected 'SECTION.FIELD'"),
+        ('[[field]]\nname = "a.b"\nreason = "fixed"\n', "expected the keys"),
+        ('[[field]]\nname = "a.b"\nreason = "fixed"\nwhy = 3\n', "every value must be a string"),
+        ('[[fields]]\nname = "a.b"\n', "expected only [[field]] tables"),
+        ("[[field]\n", "not valid TOML"),
+        (
+            '[[field]]\nname = "a.b"\nreason = "fixed"\nwhy = "x"\n' * 2,
+            "entry #2: name: 'a.b' has an entry already",
+        ),
+    ],
+)
+def test_a_malformed_reasons_file_is_refused_naming_the_entry(tmp_path, text, message):
+    path = tmp_path / "config_fields.toml"
+    path.write_text(text)
+    with pytest.raises(ReasonsFileError, match=message.replace("[", r"\[").replace("(", r"\(")):
+        load_reasons(path)
+
+
+def test_every_committed_reason_explains_a_field_of_the_committed_inventory():
+    """``fixtures/config_fields.toml`` against ``reports/config-fields.json``: each entry names a
+    field the recorded run read and no variant set (none stale), with one of REASONS; and every
+    field the report leaves unexplained is one some variant sets (the report says "no variant"
+    only for a field no entry covers)."""
+    reasons = load_reasons()
+    assert reasons
+    assert all(r.reason in REASONS and r.why for r in reasons.values())
+    report = json.loads((ROOT / "reports" / f"{REPORT_STEM}.json").read_text())
+    names = {f.name for f in dataclasses.fields(FieldRow)}
+    rows = [FieldRow(**{k: v for k, v in r.items() if k in names}) for r in report["fields"]]
+    assert explain(rows, reasons) == []
+    assert report["stale_reasons"] == []
+    assert [r.name for r in rows if r.verdict == "no variant"] == []
 
 
 def test_an_ignore_run_runs_whole_modules():

@@ -17,8 +17,9 @@ from harness.checkpoints.pairs import (
     isolated,
     uncovered_pairs,
 )
-from harness.checkpoints.spec import ModelSpec
+from harness.checkpoints.spec import OTHER_SOUND_SIZES, OTHER_TEXT_SIZES, ModelSpec
 from harness.inputs.catalogue import FORMS_BY_NAME, forms_for
+from harness.plugin.config_reads import checkpoint_config
 
 
 def test_every_allowed_pair_of_values_is_in_some_variant():
@@ -45,7 +46,7 @@ def test_the_main_variants_alone_cover_every_pair_of_the_values_not_isolated():
 
 
 def test_the_number_of_builds_is_bounded():
-    """At least the 4 variants 18 binary axes need (2 x 2 for any two of them), at most
+    """At least the 4 variants 21 binary axes need (2 x 2 for any two of them), at most
     MAX_VARIANTS; each distinct."""
     variants = covering_array()
     assert 4 <= len(variants) <= MAX_VARIANTS
@@ -73,3 +74,35 @@ def test_a_variant_without_audio_serves_no_audio_form():
     assert [f.name for f in forms_for(ModelSpec(), ["mixed", "audios"])] == ["audios", "mixed"]
     with pytest.raises(KeyError, match=r"names: not catalogued request forms: \['nope'\]"):
         forms_for(ModelSpec(), ["nope"])
+
+
+@pytest.mark.parametrize(
+    ("axis", "section", "sizes"),
+    [
+        ("text_sizes", "text_config", OTHER_TEXT_SIZES),
+        ("sound_sizes", "sound_config", OTHER_SOUND_SIZES),
+    ],
+)
+def test_the_other_sizes_change_every_size_they_name_in_the_written_config(axis, section, sizes):
+    """A field the "other" sizes leave at the default's value would stay in no variant: each
+    differs from the default variant's in the ``config.json`` the folder holds, and nothing
+    else in that section moves."""
+    default = checkpoint_config(ModelSpec())[section]
+    other = checkpoint_config(ModelSpec(**{axis: "other"}))[section]
+    changed = {k for k in other if other[k] != default.get(k)}
+    assert changed == set(sizes), changed ^ set(sizes)
+
+
+def test_another_size_name_is_refused_naming_the_field():
+    with pytest.raises(
+        ValueError, match=r"ModelSpec.text_sizes: expected one of \['default', 'other'\], got 'big'"
+    ):
+        ModelSpec(text_sizes="big")  # type: ignore[arg-type]
+
+
+def test_an_embeddings_request_is_as_wide_as_the_variant_it_is_sent_to():
+    form = FORMS_BY_NAME["image-embeds-list"]
+    assert form.request_for(ModelSpec()) is form.request
+    wide = form.request_for(ModelSpec(hidden_size=96))
+    assert [e.shape for e in wide.images] == [(3, 96), (7, 96)]
+    assert wide.prompt == form.request.prompt

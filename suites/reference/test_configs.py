@@ -178,6 +178,16 @@ def test_nested_text_config_overrides_apply_to_the_nested_config():
     assert small.projector_hidden_size == 12
 
 
+def test_a_sound_tower_s_layer_count_override_is_taken_not_dropped():
+    """Parakeet's layer count is a field of its config (the language model's follows its
+    pattern): an override of it shrinks to that many layers, not the minimal one."""
+    omni = presets.nemotron_3_nano_omni()
+    assert omni.sound_config is not None
+    assert minimal_vl_config(omni).sound_config.num_hidden_layers == 1  # type: ignore[union-attr]
+    two = minimal_vl_config(omni, overrides={"sound_config": {"num_hidden_layers": 2}})
+    assert two.sound_config.num_hidden_layers == 2  # type: ignore[union-attr]
+
+
 def test_nested_overrides_must_be_a_mapping_of_fields():
     with pytest.raises(ConfigError, match="text_config overrides"):
         minimal_vl_config(vl_config(), overrides={"text_config": "M*"})

@@ -13,7 +13,7 @@ import torch
 
 from harness.checkpoints.serving import DEFAULT_SERVING, ServingConfig
 from harness.inputs.requests import (
-    AUDIO_SAMPLE_RATE,
+    AudioClip,
     Batch,
     ItemFeatures,
     ProcessedRequest,
@@ -23,12 +23,14 @@ from harness.inputs.requests import (
     VideoClip,
     VideoFile,
     audio_decode_cap_s,
+    audio_with_rate,
 )
 from harness.targets.base import PROCESSOR_FLOAT_KEYS, NotImplementedByTarget
 from reference_impl.errors import ConfigError
 from reference_impl.metadata import MODEL_INPUT_KEYS
 from reference_impl.model import NanoNemotronVLModel
 from reference_impl.processor import NanoNemotronVLProcessor, ProcessorOutput, Video
+from reference_impl.resample import resample
 
 #: The reference processor's modality names.
 PROCESSOR_MODALITY = {"images": "image", "videos": "video", "audios": "audio"}
@@ -52,6 +54,16 @@ def _video(item: Any, index: int) -> Video:
     return Video(torch.from_numpy(item.frames.copy()), item.fps, item.frames_indices, data)
 
 
+def _audio(item: Any, index: int) -> torch.Tensor:
+    if isinstance(item, AudioClip):  # the loader's step (at_the_model_rate) comes first
+        raise ConfigError(
+            f"audios[{index}]",
+            "samples at the model's rate (an AudioClip is resampled by the loader first)",
+            f"an AudioClip at {item.rate} Hz",
+        )
+    return torch.as_tensor(np.asarray(item, dtype=np.float32))
+
+
 def process(processor: NanoNemotronVLProcessor, request: Request) -> ProcessorOutput:
     """The reference processor on a request."""
     image_embeds = request.embeddings("image")
@@ -62,12 +74,37 @@ def process(processor: NanoNemotronVLProcessor, request: Request) -> ProcessorOu
         request.prompt,
         images=[_image(item, i) for i, item in enumerate(images)],
         videos=[_video(item, i) for i, item in enumerate(videos)],
-        audios=[torch.as_tensor(np.asarray(a, dtype=np.float32)) for a in request.audios],
+        audios=[_audio(item, i) for i, item in enumerate(request.audios)],
         image_embeds=image_embeds or (),
         video_embeds=video_embeds or (),
         audio_in_video=request.audio_in_video,
         max_num_tiles=request.max_num_tiles,
     )
+
+
+def at_the_model_rate(model: NanoNemotronVLModel, request: Request) -> Request:
+    """``request`` with every audio item as the engine's audio loader hands it on: mono samples
+    at the model's sampling rate (``sound_config.sampling_rate``), resampled from the item's
+    rate by band-limited interpolation (:func:`reference_impl.resample.resample`, the
+    interpolation vLLM's loader runs). A model without an audio tower keeps the items, which its
+    processor refuses."""
+    sound = model.config.sound_config
+    if sound is None or not request.audios:
+        return request
+    audios = []
+    for index, item in enumerate(request.audios):
+        samples, rate = audio_with_rate(item)
+        if rate == sound.sampling_rate:
+            audios.append(samples)
+            continue
+        try:
+            mono = torch.as_tensor(np.asarray(samples, dtype=np.float32))
+        except (TypeError, ValueError) as e:
+            raise ConfigError(
+                f"audios[{index}]", "mono float samples", type(samples).__name__
+            ) from e
+        audios.append(resample(mono, rate, sound.sampling_rate).numpy())
+    return dataclasses.replace(request, audios=audios)
 
 
 def admit(serving: ServingConfig, request: Request) -> None:
@@ -115,9 +152,7 @@ def _processed(
 ) -> ProcessorOutput:
     admit(serving, request)
     request = loaded(serving, request)
-    sampling_rate = model.config.sound_config.sampling_rate if model.config.sound_config else None
-    if request.audios and sampling_rate != AUDIO_SAMPLE_RATE:
-        raise ConfigError("audios", f"audio at {sampling_rate} Hz", f"{AUDIO_SAMPLE_RATE} Hz")
+    request = at_the_model_rate(model, request)
     # The engine's audio decode cap, read at each request as vLLM reads it at each decode.
     config = dataclasses.replace(model.config, max_audio_duration_s=audio_decode_cap_s())
     return process(NanoNemotronVLProcessor(config, model.tokenizer), request)

@@ -29,7 +29,6 @@ from typing import Any
 import torch
 
 from harness.inputs.requests import (
-    AUDIO_SAMPLE_RATE,
     Batch,
     ItemFeatures,
     ProcessedRequest,
@@ -38,6 +37,7 @@ from harness.inputs.requests import (
     RequestResult,
     VideoClip,
     VideoFile,
+    audio_with_rate,
 )
 from harness.targets.vllm.runtime import prepare_cpu_environment
 
@@ -85,7 +85,7 @@ def multi_modal_data(request: Request) -> dict[str, object]:
             else [(clip.frames, video_metadata(clip)) for clip in videos]
         )
     if request.num_items("audio"):
-        data["audio"] = [(audio, AUDIO_SAMPLE_RATE) for audio in request.audios]
+        data["audio"] = [audio_with_rate(audio) for audio in request.audios]
     return data
 
 
