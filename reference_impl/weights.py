@@ -92,9 +92,28 @@ def convert_state_dict(
         else:
             unexpected.append(original)
     missing: list[str] = []
+    mis_shaped: list[str] = []
     accounted = set(qkv) | set(experts)  # reported part by part below
+    heads, kv_heads = model.config.num_attention_heads, model.config.num_key_value_heads
     for name, parts in qkv.items():
         if set(parts) == {"q", "k", "v"} and name in expected:
+            # Each part by its own name: a part of another shape is the checkpoint's tensor.
+            head_rows = expected[name][0] // (heads + 2 * kv_heads)
+            part_rows = {
+                "q": heads * head_rows,
+                "k": kv_heads * head_rows,
+                "v": kv_heads * head_rows,
+            }
+            shapes = {part: (part_rows[part], expected[name][1]) for part in "qkv"}
+            wrong = [
+                f"{name.replace('qkv_proj', f'{part}_proj')} (expected {shapes[part]}, got "
+                f"{tuple(parts[part].shape)})"
+                for part in "qkv"
+                if tuple(parts[part].shape) != shapes[part]
+            ]
+            if wrong:
+                mis_shaped += wrong
+                continue
             out[name] = torch.cat([parts["q"], parts["k"], parts["v"]], dim=0)
         elif name in expected:
             missing += [name.replace("qkv_proj", f"{p}_proj") for p in "qkv" if p not in parts]
@@ -113,7 +132,7 @@ def convert_state_dict(
         else:
             out[name] = torch.stack([rows[j] for j in range(count)])
     missing += sorted(n for n in expected if n not in out and n not in accounted)
-    mis_shaped = [
+    mis_shaped += [
         f"{name} (expected {tuple(expected[name])}, got {tuple(t.shape)})"
         for name, t in out.items()
         if t.shape != expected[name]

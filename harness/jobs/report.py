@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from harness import ROOT
 from harness.jobs.results import (
     FAILING,
     SCHEMA_VERSION,
@@ -276,6 +277,7 @@ def render_markdown(report: Report) -> str:
     lines += _phase_section(targets, report.get("report_s"))
     lines += _serving_section(targets)
     lines += _pairs_section(report)
+    lines += covered_space_section(ROOT / "reports")
     lines += _self_consistency_section(report)
     lines += _reach_section(targets) + _measured_section(targets)
     lines += ["", "Files under test:", ""]
@@ -413,6 +415,48 @@ def _pairs_section(report: Report) -> list[str]:
         changed = ", ".join(f"{k}={v}" for k, v in changed_options(spec).items()) or "none"
         cells = [_cell(check["results"].get(t["selector"]) if check else None) for t in targets]
         lines.append(f"| `{spec.slug}` | {changed} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def covered_space_section(reports: Path) -> list[str]:
+    """What the checks cover, as the committed reports measured it: the config-field inventory's
+    verdicts and the fields it leaves uncaught (``config-fields.json``), and the reach map's
+    summary of the model's lines no check reaches, each with its reason (``unreached.md``)."""
+    lines: list[str] = []
+    inventory = reports / "config-fields.json"
+    if inventory.is_file():
+        document = json.loads(inventory.read_text())
+        counts = ", ".join(f"{n} {verdict}" for verdict, n in document["verdicts"].items())
+        lines += [
+            "",
+            "## Config fields, and lines no check reaches",
+            "",
+            f"Config fields the model's vLLM code reads (`{inventory.name}`, "
+            f"`nox -s config-fields`, vLLM {document['meta'].get('vllm', '?')}): {counts}.",
+        ]
+        for verdict in ("not caught", "variant needs CUDA", "no variant"):
+            names = [
+                f"`{f['section']}.{f['field']}`"
+                for f in document["fields"]
+                if f["verdict"] == verdict
+            ]
+            if names:
+                lines.append(f"- {verdict}: {', '.join(names)}")
+    unreached = reports / "unreached.md"
+    if unreached.is_file():
+        summary = next(
+            (line for line in unreached.read_text().splitlines() if line and line[0].isdigit()),
+            "",
+        )
+        text = unreached.read_text().splitlines()
+        start = text.index("| reason | lines |") if "| reason | lines |" in text else len(text)
+        table = []
+        for line in text[start:]:
+            if not line.startswith("|"):
+                break
+            table.append(line)
+        lines += ["", f"Lines no check reaches (`{unreached.name}`, `nox -s reach`): {summary}"]
+        lines += ["", *table] if table else []
     return lines
 
 

@@ -160,6 +160,31 @@ def test_a_missing_tensor_is_named(target, name):
         target.load_weights(spec, weights.items())
 
 
+#: One tensor of each kind of layer (Mamba's projection and convolution, attention, MLP, RADIO,
+#: the connector, Parakeet's attention), each given one row more than the config's sizes give:
+#: a loader that slices a tensor to its parameter's shard (tensor parallelism's ``narrow``) must
+#: still refuse one of another shape, or a config that disagrees with its weights (or a size
+#: the target read wrongly) is served with truncated weights.
+RESHAPED = [
+    "language_model.backbone.layers.0.mixer.in_proj.weight",
+    "language_model.backbone.layers.0.mixer.conv1d.weight",
+    "language_model.backbone.layers.1.mixer.up_proj.weight",
+    "language_model.backbone.layers.2.mixer.q_proj.weight",
+    "vision_model.radio_model.model.blocks.3.mlp.fc1.weight",
+    "mlp1.1.weight",
+    "sound_encoder.encoder.layers.0.self_attn.q_proj.weight",
+]
+
+
+@pytest.mark.parametrize("name", RESHAPED)
+def test_a_tensor_of_another_shape_is_refused_naming_it(target, name):
+    spec = ModelSpec()
+    weights = checkpoint(spec)
+    weights[name] = torch.cat([weights[name], weights[name][:1]])
+    with raises_clear_error(*names_for(name)):
+        target.load_weights(spec, weights.items())
+
+
 UNEXPECTED = [
     "language_model.backbone.layers.0.mixer.mystery.weight",
     "vision_model.radio_model.model.blocks.0.mystery.weight",

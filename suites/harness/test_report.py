@@ -8,7 +8,13 @@ import sys
 
 import pytest
 
-from harness.jobs.report import TargetRun, build_report, exit_status, render_markdown
+from harness.jobs.report import (
+    TargetRun,
+    build_report,
+    covered_space_section,
+    exit_status,
+    render_markdown,
+)
 from harness.jobs.results import (
     REPORT_SCHEMA,
     RESULTS_SCHEMA,
@@ -602,3 +608,30 @@ def test_the_pairs_section_lists_every_variant_of_the_covering_array_with_its_ou
 def test_no_pairs_section_without_the_pairwise_check():
     runs = [TargetRun("vllm", 0, results("vllm", (A, "pass", "")))]
     assert "## Pairs of options" not in render_markdown(report_of(runs))
+
+
+def test_the_report_shows_the_config_fields_and_the_unreached_lines(tmp_path):
+    """From the committed reports' forms: the inventory's verdict counts with the fields it
+    leaves uncaught, and the reach map's summary with its lines per reason; nothing when
+    neither report exists."""
+    assert covered_space_section(tmp_path) == []
+    field = {"section": "text_config", "field": "use_conv_bias", "verdict": "not caught"}
+    (tmp_path / "config-fields.json").write_text(
+        json.dumps(
+            {
+                "meta": {"vllm": "0.33.0"},
+                "verdicts": {"caught": 3, "not caught": 1},
+                "fields": [field],
+            }
+        )
+    )
+    (tmp_path / "unreached.md").write_text(
+        "# Lines\n\n7 of 9 functions in scope are reached.\n\n| reason | lines |\n|---|---|\n"
+        "| gpu | 4 |\n\n| function | lines |\n"
+    )
+    text = "\n".join(covered_space_section(tmp_path))
+    assert "vLLM 0.33.0): 3 caught, 1 not caught." in text
+    assert "- not caught: `text_config.use_conv_bias`" in text
+    assert "7 of 9 functions in scope are reached." in text
+    assert "| gpu | 4 |" in text
+    assert "| function | lines |" not in text
