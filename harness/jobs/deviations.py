@@ -24,12 +24,12 @@ unexpected pass, which fails the run until the entry is removed.
 from __future__ import annotations
 
 import re
-import tomllib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from harness import ROOT
+from harness.toml_tables import string_tables
 
 DEVIATIONS_DIR = ROOT / "fixtures" / "deviations"
 #: How a user reaches a deviation, as the report groups them.
@@ -117,23 +117,9 @@ def load_deviations(path: Path) -> dict[str, Deviation]:
     """Entries of a deviation file by check id; a missing file means none."""
     if not path.is_file():
         return {}
-    try:
-        data = tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as e:
-        raise DeviationFileError(f"{path}: not valid TOML: {e}") from e
-    unknown = set(data) - {"deviation"}
-    if unknown:
-        raise DeviationFileError(
-            f"{path}: expected only [[deviation]] tables, got {sorted(unknown)}"
-        )
     entries: dict[str, Deviation] = {}
-    for i, entry in enumerate(data.get("deviation", [])):
-        where = f"{path}: deviation #{i + 1}"
-        keys = {"check", "reason", "raises", "match", "reach"}
-        if not isinstance(entry, dict) or set(entry) != keys:
-            raise DeviationFileError(
-                f"{where}: expected the keys {sorted(keys)}, got {sorted(entry)}"
-            )
+    keys = frozenset({"check", "reason", "raises", "match", "reach"})
+    for where, entry in string_tables(path, "deviation", keys, DeviationFileError):
         check, reason = entry["check"], entry["reason"]
         raises, match = entry["raises"], entry["match"]
         if not isinstance(raises, str) or not all(

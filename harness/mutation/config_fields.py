@@ -44,7 +44,6 @@ import json
 import sys
 import tempfile
 import time
-import tomllib
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -55,6 +54,7 @@ from harness.checkpoints.spec import ModelSpec
 from harness.jobs.results import replace_text
 from harness.mutation.runner import SuiteJob, SuiteRun, preload, run_many, run_one
 from harness.plugin.config_reads import checkpoint_config, section_values
+from harness.toml_tables import string_tables
 
 SUITES = ("suites/conformance",)
 REPORT_STEM = "config-fields"
@@ -103,21 +103,9 @@ def load_reasons(path: Path = REASONS_FILE) -> dict[str, FieldReason]:
     """The entries of ``path`` by field; every malformed one raises :class:`ReasonsFileError`."""
     if not path.is_file():
         return {}
-    try:
-        data = tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as e:
-        raise ReasonsFileError(f"{path}: not valid TOML: {e}") from e
-    if set(data) - {"field"}:
-        raise ReasonsFileError(f"{path}: expected only [[field]] tables, got {sorted(set(data))}")
-    keys = {"name", "reason", "why"}
     reasons: dict[str, FieldReason] = {}
-    for i, entry in enumerate(data.get("field", [])):
-        where = f"{path.name}: entry #{i + 1}"
-        if not isinstance(entry, dict) or set(entry) != keys:
-            got = sorted(entry) if isinstance(entry, dict) else type(entry).__name__
-            raise ReasonsFileError(f"{where}: expected the keys {sorted(keys)}, got {got}")
-        if not all(isinstance(entry[k], str) for k in keys):
-            raise ReasonsFileError(f"{where}: every value must be a string")
+    keys = frozenset({"name", "reason", "why"})
+    for where, entry in string_tables(path, "field", keys, ReasonsFileError):
         if "." not in entry["name"]:
             raise ReasonsFileError(
                 f"{where}: name: expected 'SECTION.FIELD', got {entry['name']!r}"

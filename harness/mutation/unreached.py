@@ -17,13 +17,13 @@ and a line an entry names that a check now executes is *stale* (the entry should
 from __future__ import annotations
 
 import re
-import tomllib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from harness import ROOT
+from harness.toml_tables import string_tables
 
 UNREACHED_FILE = ROOT / "fixtures" / "unreached.toml"
 #: Why a line runs in no check, and what that means.
@@ -72,23 +72,9 @@ def load_explanations(path: Path = UNREACHED_FILE) -> list[Explanation]:
     """The entries of ``path``; every malformed one raises :class:`UnreachedFileError`."""
     if not path.is_file():
         return []
-    try:
-        data = tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as e:
-        raise UnreachedFileError(f"{path}: not valid TOML: {e}") from e
-    if set(data) - {"unreached"}:
-        raise UnreachedFileError(
-            f"{path}: expected only [[unreached]] tables, got {sorted(set(data))}"
-        )
     entries = []
-    keys = {"function", "lines", "reason", "why"}
-    for i, entry in enumerate(data.get("unreached", [])):
-        where = f"{path.name}: entry #{i + 1}"
-        if not isinstance(entry, dict) or set(entry) != keys:
-            got = sorted(entry) if isinstance(entry, dict) else type(entry).__name__
-            raise UnreachedFileError(f"{where}: expected the keys {sorted(keys)}, got {got}")
-        if not all(isinstance(entry[k], str) for k in keys):
-            raise UnreachedFileError(f"{where}: every field must be a string")
+    keys = frozenset({"function", "lines", "reason", "why"})
+    for where, entry in string_tables(path, "unreached", keys, UnreachedFileError):
         if ":" not in entry["function"]:
             raise UnreachedFileError(
                 f"{where}: function: expected 'FILE:Qualified.name', got {entry['function']!r}"

@@ -205,7 +205,7 @@ def test_a_field_no_variant_sets_takes_its_entry_s_reason_and_stale_entries_are_
         ("[[field]\n", "not valid TOML"),
         (
             '[[field]]\nname = "a.b"\nreason = "fixed"\nwhy = "x"\n' * 2,
-            "entry #2: name: 'a.b' has an entry already",
+            "field #2: name: 'a.b' has an entry already",
         ),
     ],
 )
