@@ -23,6 +23,8 @@ layers of ``[tool.importlinter]`` in ``pyproject.toml``, checked by ``lint-impor
 - ``runs_on``: what a check runs on (a request, a real model, the LoRA manager, the processing
   info, functions): the one vocabulary of targets, results and the report.
 - ``environment``: the process environment every run needs.
+- ``toml_tables``: the reader of the TOML fixtures (known deviations, unreached lines, config
+  fields' reasons).
 
 Every command is a console script (``[project.scripts]`` in ``pyproject.toml``), so commands do not
 depend on module paths.

@@ -14,7 +14,8 @@ Written from the published architecture brief; no vLLM imports, no pytest. One f
   LoRA adapter folders as PEFT saves them.
 - ``radio``: the RADIO vision tower; ``audio``: features and the Parakeet tower; ``connector``:
   pixel shuffle and ``mlp1``; ``evs``: EVS video pruning; ``media``: a video file's audio
-  track (PyAV).
+  track (PyAV); ``resample``: audio at another rate brought to the model's (band-limited
+  interpolation).
 - ``inputs``: the typed multimodal input contracts and their runtime validation; ``tokenizer``:
   a small fast tokenizer with the model's special tokens, built in code (no hub).
 - ``tiling``: images and frames to tiles or patch grids (counts, sizes, pixels);

@@ -8,7 +8,8 @@
   have for them to mean something, and the features compared before the towers;
 - ``bounds``: the parity bounds derived per path, dtype and statistic from measured error (the
   calibration table);
-- ``rows``: a target's run of a request against the reference's, item by item, judged by them.
+- ``rows``: a target's run of a request against the reference's, item by item, judged by them;
+- ``features``: what a processor hands each tower against the reference's, item by item.
 
 May import: ``targets`` (vLLM's CPU runtime), ``inputs``, ``checkpoints``.
 """
