@@ -182,10 +182,12 @@ def test_a_sound_tower_s_layer_count_override_is_taken_not_dropped():
     """Parakeet's layer count is a field of its config (the language model's follows its
     pattern): an override of it shrinks to that many layers, not the minimal one."""
     omni = presets.nemotron_3_nano_omni()
-    assert omni.sound_config is not None
-    assert minimal_vl_config(omni).sound_config.num_hidden_layers == 1  # type: ignore[union-attr]
-    two = minimal_vl_config(omni, overrides={"sound_config": {"num_hidden_layers": 2}})
-    assert two.sound_config.num_hidden_layers == 2  # type: ignore[union-attr]
+    one = minimal_vl_config(omni).sound_config
+    two = minimal_vl_config(omni, overrides={"sound_config": {"num_hidden_layers": 2}}).sound_config
+    assert one is not None
+    assert two is not None
+    assert one.num_hidden_layers == 1
+    assert two.num_hidden_layers == 2
 
 
 def test_nested_overrides_must_be_a_mapping_of_fields():
