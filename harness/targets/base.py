@@ -30,7 +30,7 @@ from harness.checkpoints.spec import ModelSpec
 from harness.checkpoints.weight_streams import recording_reads
 from harness.inputs.requests import ItemFeatures, ProcessedRequest, Request, RequestResult
 from harness.runs_on import FUNCTIONS
-from reference_impl.checkpoint import TOWER_PREFIXES
+from reference_impl.checkpoint import CONV_BIAS_SUFFIXES, TOWER_PREFIXES
 from reference_impl.config import NemotronHConfig
 
 #: Keyword arguments a processor emits as floating tensors: a serving engine casts them to the
@@ -252,11 +252,15 @@ class LoadedWeights:
         differing: parameters whose value is not the checkpoint's tensor (name: what differs).
         tower_tensors_read: checkpoint tensors of the towers the loader read (text-only mode
             must read none).
+        unheld: checkpoint tensors the model of the spec holds (by the architecture) that no
+            parameter of the target's model holds, by checkpoint name: a loader that skips a
+            tensor it has no parameter for (a bias switch read wrongly) drops it silently.
     """
 
     not_loaded: list[str]
     differing: list[str]
     tower_tensors_read: list[str]
+    unheld: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -270,12 +274,29 @@ class ReadBack:
             the target's loader converts it); None when no checkpoint tensor is known to load it.
         constructor_value: for a tensor no checkpoint holds and the constructor sets (vLLM's
             identity layer scales), the value every element must keep; None otherwise.
+        sources: the checkpoint tensors ``expected`` is made of, by checkpoint name (q, k and v
+            for a fused projection).
     """
 
     name: str
     tensor: torch.Tensor
     expected: torch.Tensor | None
     constructor_value: float | None = None
+    sources: tuple[str, ...] = ()
+
+
+def dropped_by_the_architecture(spec: ModelSpec, checkpoint: Iterable[str]) -> set[str]:
+    """The checkpoint tensors no parameter of ``spec``'s model needs to hold, by the
+    architecture: batch norms' ``num_batches_tracked`` (a training counter inference never
+    reads), and the Parakeet convolution biases of the Omni form (``convolution_bias = False``),
+    which released checkpoints carry all the same (vLLM #40007)."""
+    bias_free = spec.audio and not spec.audio_convolution_bias
+    return {
+        name
+        for name in checkpoint
+        if name.endswith(".num_batches_tracked")
+        or (bias_free and name.endswith(CONV_BIAS_SUFFIXES))
+    }
 
 
 def compare_read_back(read_back: Iterable[ReadBack]) -> tuple[list[str], list[str]]:
@@ -575,9 +596,11 @@ class Target(abc.ABC):
         the loader raises propagates.
 
         The same measurement for every target: every tensor the loader must set is poisoned
-        with NaN, the stream's tower tensors read are recorded, and every tensor is read back
-        and compared (:func:`compare_read_back`); a target supplies only its fresh model
-        (:meth:`fresh_model`), which says how it builds, loads and names its tensors."""
+        with NaN, the stream's tower tensors read are recorded, every tensor is read back and
+        compared (:func:`compare_read_back`), and every checkpoint tensor the model holds must
+        be some tensor's source (:attr:`LoadedWeights.unheld`); a target supplies only its
+        fresh model (:meth:`fresh_model`), which says how it builds, loads and names its
+        tensors."""
         fresh = self.fresh_model(spec, text_only)
         with torch.no_grad():
             for tensor in fresh.loadable():
@@ -585,8 +608,12 @@ class Target(abc.ABC):
                     tensor.fill_(float("nan"))  # a tensor the loader leaves alone stays NaN
         reads: list[str] = []
         fresh.load(recording_reads(weights, TOWER_PREFIXES, reads))
-        not_loaded, differing = compare_read_back(fresh.read_back(checkpoint_weights(spec)))
-        return LoadedWeights(not_loaded, differing, reads)
+        checkpoint = checkpoint_weights(spec)
+        read_back = list(fresh.read_back(checkpoint))
+        not_loaded, differing = compare_read_back(read_back)
+        held = {source for item in read_back for source in item.sources}
+        unheld = sorted(set(checkpoint) - held - dropped_by_the_architecture(spec, checkpoint))
+        return LoadedWeights(not_loaded, differing, reads, unheld)
 
     @abc.abstractmethod
     def fresh_model(self, spec: ModelSpec, text_only: bool) -> FreshModel:

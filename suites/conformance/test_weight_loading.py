@@ -1,7 +1,9 @@
 """Weight loading through the target's own loader, from the checkpoint folder's tensors.
 
 - Every parameter is loaded and equals the checkpoint's tensor (every tensor in the folder is
-  random, norms and biases too, so a tensor loaded under the wrong name cannot match).
+  random, norms and biases too, so a tensor loaded under the wrong name cannot match), and every
+  tensor of the folder that the architecture's model holds is in some parameter: a loader that
+  skips a tensor it built no parameter for (``use_bias`` read wrongly) drops it silently.
 - Text-only mode (every modality limit 0) loads the language model and never reads a tower's
   tensor (vLLM PR #41205).
 - Weights streamed one at a time from buffers the stream reuses, as streaming loaders do, load
@@ -77,8 +79,10 @@ def names_for(name: str) -> list[str]:
 def assert_all_loaded(result, only: str = "") -> None:
     not_loaded = [n for n in result.not_loaded if n.startswith(only)]
     differing = [n for n in result.differing if n.startswith(only)]
+    unheld = [n for n in result.unheld if n.startswith(only)]
     assert not_loaded == [], f"{len(not_loaded)} parameters not loaded: {not_loaded[:8]}"
     assert differing == [], f"{len(differing)} parameters differ: {differing[:8]}"
+    assert unheld == [], f"{len(unheld)} checkpoint tensors in no parameter: {unheld[:8]}"
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
@@ -185,10 +189,15 @@ def test_a_tensor_of_another_shape_is_refused_naming_it(target, name):
         target.load_weights(spec, weights.items())
 
 
+#: Tensors no parameter of the default variant takes: unknown names, and biases of layers
+#: whose config switch is off (``use_bias``, ``mlp_bias`` false): a checkpoint that carries them
+#: disagrees with its config, or the target read the switch wrongly.
 UNEXPECTED = [
     "language_model.backbone.layers.0.mixer.mystery.weight",
     "vision_model.radio_model.model.blocks.0.mystery.weight",
     "mystery.weight",
+    "language_model.backbone.layers.0.mixer.in_proj.bias",
+    "language_model.backbone.layers.1.mixer.up_proj.bias",
 ]
 
 

@@ -388,4 +388,6 @@ class _FreshReference(FreshModel):
 
     def read_back(self, checkpoint: dict[str, torch.Tensor]) -> Iterable[ReadBack]:
         for name, value in checkpoint_state_dict(self.model).items():
-            yield ReadBack(name, value, checkpoint.get(name))
+            # The reference's parameters are named as the checkpoint names them.
+            sources = (name,) if name in checkpoint else ()
+            yield ReadBack(name, value, checkpoint.get(name), sources=sources)

@@ -235,17 +235,28 @@ def checkpoint_name(name: str) -> str | None:
     return None
 
 
+def checkpoint_sources(name: str) -> tuple[str, ...]:
+    """The checkpoint tensors vLLM's parameter ``name`` is made of: q, k and v for a fused
+    projection, its :func:`checkpoint_name` otherwise; none for one with no checkpoint source."""
+    source = checkpoint_name(name)
+    if source is None:
+        return ()
+    if source.endswith("qkv_proj.weight"):
+        return tuple(source.replace("qkv_proj", p) for p in ("q_proj", "k_proj", "v_proj"))
+    return (source,)
+
+
 def expected_parameter(
     name: str, shape: torch.Size, checkpoint: Mapping[str, torch.Tensor]
 ) -> torch.Tensor | None:
     """The value vLLM's parameter ``name`` must hold after loading ``checkpoint``; None when the
     parameter has no checkpoint source (then :data:`CONSTRUCTOR_INITIALISED` applies)."""
-    source = checkpoint_name(name)
-    if source is None:
+    sources = checkpoint_sources(name)
+    if not sources:
         return None
-    if source.endswith("qkv_proj.weight"):
-        parts = [checkpoint[source.replace("qkv_proj", p)] for p in ("q_proj", "k_proj", "v_proj")]
-        return torch.cat(parts)
+    if len(sources) > 1:
+        return torch.cat([checkpoint[source] for source in sources])
+    (source,) = sources
     if source.endswith("mixer.A_log"):
         return -torch.exp(checkpoint[source].float())
     tensor = checkpoint[source]

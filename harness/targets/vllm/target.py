@@ -512,7 +512,8 @@ class _FreshVllm(FreshModel):
         for name, tensor in self.tensors().items():
             expected = build.expected_parameter(name, tensor.shape, checkpoint)
             initialised = expected is None and name.endswith(build.CONSTRUCTOR_INITIALISED)
-            yield ReadBack(name, tensor, expected, 1.0 if initialised else None)
+            sources = build.checkpoint_sources(name) if expected is not None else ()
+            yield ReadBack(name, tensor, expected, 1.0 if initialised else None, sources)
 
 
 class VllmFileTarget(VllmTarget):
