@@ -42,10 +42,10 @@ PIXEL_NORMALISATIONS: dict[str, tuple[tuple[float, float, float], tuple[float, f
     "half": ((0.5, 0.5, 0.5), (0.5, 0.5, 0.5)),
 }
 #: The sizes a variant's language model and audio tower take: ``"default"`` (the tiny shapes
-#: every variant shares) or ``"other"``, where every size and bias switch the tower's vLLM code
-#: reads takes another valid value, so that code that read a constant instead builds the wrong
-#: shapes and the folder's weights do not load (the config-field inventory found these fields
-#: read with no variant setting them).
+#: every variant shares) or ``"other"``, where every size, bias switch and norm epsilon the
+#: tower's vLLM code reads takes another valid value, so that code that read a constant instead
+#: builds the wrong shapes (the folder's weights do not load) or computes other rows (the
+#: config-field inventory found these fields read with no variant setting them).
 Sizes = Literal["default", "other"]
 SIZES: tuple[Sizes, ...] = ("default", "other")
 #: NemotronH's ``text_config`` under ``text_sizes="other"`` (the attention, Mamba, MLP and MoE
@@ -65,15 +65,22 @@ OTHER_TEXT_SIZES: dict[str, int | bool] = {
     "use_bias": True,
     "use_conv_bias": False,
     "mlp_bias": True,
+    # An embedding table longer than the tokenizer's 266 tokens (rows no token reaches).
+    "vocab_size": 300,
 }
 #: Parakeet's ``sound_config`` under ``sound_sizes="other"``.
-OTHER_SOUND_SIZES: dict[str, int | bool] = {
+OTHER_SOUND_SIZES: dict[str, int | float | bool] = {
     "hidden_size": 48,
     "num_hidden_layers": 2,
     "num_attention_heads": 2,
     "intermediate_size": 80,
     "subsampling_conv_channels": 4,
+    "subsampling_conv_kernel_size": 5,
+    # Two stride-2 convolutions, not three: twice the audio tokens per second of the default's.
+    "subsampling_factor": 4,
     "projection_hidden_size": 40,
+    # The projection's RMS norm epsilon, large enough to move the rows past their bound.
+    "projection_eps": 0.5,
     "conv_kernel_size": 3,
     "projection_bias": True,
 }
@@ -283,7 +290,7 @@ def _vl_config(spec: ModelSpec) -> VLConfig:
         "register_multiple": spec.register_multiple,
         "video_temporal_patch_size": spec.video_temporal_patch_size,
     }
-    sound = {
+    sound: dict[str, int | float | bool] = {
         "hidden_size": 32,
         "num_hidden_layers": 1,
         "num_attention_heads": 4,

@@ -60,6 +60,11 @@ EVS_T1 = ModelSpec(video_pruning_rate=0.5)
 EVS_T2 = ModelSpec(video_temporal_patch_size=2, video_pruning_rate=0.25)
 EVS_NEAR_1 = ModelSpec(video_pruning_rate=0.95)
 MTP = ModelSpec(mtp=True)  # vision_final_layernorm before the pixel shuffle
+# RADIO without CPE: its position table is the tile's size (``cpe_max_size`` = the preferred
+# resolution, 8 x 8 patches), so a grid of another size crops the table before resizing it,
+# where CPE resizes it to the longer side first. The tile is not the default's, so a target
+# that reads the preferred resolution wrongly (as the default's 64 px) switches CPE on.
+DYNAMIC_NO_CPE = ModelSpec(dynamic_resolution=True, image_size=128, cpe_max_size=128)
 NO_CONV_BIAS = ModelSpec(audio_convolution_bias=False)  # Omni's Parakeet, biases in the file
 
 
@@ -194,6 +199,7 @@ REQUEST_FORMS: tuple[RequestForm, ...] = (
     RequestForm("images-array", STATIC, _images_array),
     RequestForm("images-dynamic", DYNAMIC, _images_dynamic),
     RequestForm("image-dynamic-portrait", DYNAMIC, _image_portrait),
+    RequestForm("images-dynamic-no-cpe", DYNAMIC_NO_CPE, _images_dynamic),
     RequestForm("image-fewer-tiles-per-request", STATIC, _image_fewer_tiles),
     RequestForm("images-mtp", MTP, _images_pil),
     RequestForm("image-dynamic-long-prompt", DYNAMIC_SHORT, _image_long_prompt),

@@ -22,7 +22,9 @@ The report (``config-fields.md`` and ``.json``) has one row per field with its v
 ``caught`` (a check fails when it is ignored), ``not caught`` (a variant sets it, and no check
 fails), ``no variant`` (every variant the suites build holds the default's value, or none),
 ``no variant, explained`` (no variant sets it, for the reason ``fixtures/config_fields.toml``
-gives: one of :data:`REASONS`), ``variant needs CUDA`` (only variants a CPU vLLM cannot build set
+gives: one of :data:`REASONS`), ``no effect, explained`` (a variant sets it, no check fails
+when it is ignored, and the file says why nothing vLLM computes from it reaches a request:
+:data:`INERT`), ``variant needs CUDA`` (only variants a CPU vLLM cannot build set
 it),
 ``a section`` (the attribute that holds a sub-config), ``bookkeeping`` (what every transformers
 config holds, read when vLLM copies a whole config) or ``derived`` (an object vLLM built from
@@ -83,7 +85,11 @@ REASONS = {
     "direct": "a serving option a named check sets itself and judges directly",
     "option": "a value no variant builds yet, though a checkpoint could set it: a candidate "
     "variant, named with why it is not built",
+    "inert": "read, and set by variants, but nothing vLLM computes from it reaches a request: "
+    "no check failed while it was ignored, and the code path says why",
 }
+#: The one reason for a field some variant sets (every other reason says why none does).
+INERT = "inert"
 
 
 class ReasonsFileError(ValueError):
@@ -92,7 +98,8 @@ class ReasonsFileError(ValueError):
 
 @dataclass(frozen=True)
 class FieldReason:
-    """Why no variant sets ``name`` (``SECTION.FIELD``)."""
+    """Why no variant sets ``name`` (``SECTION.FIELD``), or why ignoring it changes nothing
+    (:data:`INERT`)."""
 
     name: str
     reason: str
@@ -155,7 +162,8 @@ class FieldRow:
     variants: list[str]  # the variants (slugs) that set another value than the default's
     # the checks run while it was ignored, and those of them that failed
     ignored_checks: list[str] = dataclasses.field(default_factory=list)
-    #: whether some check ran (not skipped) on a variant of ``variants`` (none: they need CUDA)
+    #: whether some check that reads it ran (not skipped) on a variant of ``variants`` (none:
+    #: the checks that read it there need CUDA, as the Omni language model's MoE layers do)
     served: bool = True
     caught_by: list[str] = dataclasses.field(default_factory=list)
     run_problem: str = ""
@@ -181,6 +189,8 @@ class FieldRow:
             return "not run"
         if self.caught_by:
             return "caught"
+        if self.reason == INERT and self.ignored_checks:
+            return "no effect, explained"
         return "not caught" if self.served else "variant needs CUDA"
 
     @property
@@ -206,8 +216,8 @@ def build_rows(
     ran: Collection[str] | None = None,
 ) -> list[FieldRow]:
     """One row per recorded field, with its published, default and variant values; ``ran``: the
-    checks that ran and were not skipped in the recording run (None: all), so that a field whose
-    variants only skipping checks use (those needing CUDA) is told apart."""
+    checks that ran and were not skipped in the recording run (None: all), so that a field read
+    on its variants only by skipping checks (those needing CUDA) is told apart."""
     variants = recorded.get("variants") or []
     if not recorded.get("fields"):
         raise InventoryError("the recording run recorded no config reads (was vLLM the target?)")
@@ -240,7 +250,10 @@ def build_rows(
                 variants=differing,
                 served=section == "processor option"
                 or ran is None
-                or any(set(served_by.get(v, ())) & set(ran) for v in differing),
+                or any(
+                    set(served_by.get(v, ())) & set(ran) & set(entry["checks"])
+                    for v in differing
+                ),
             )
         )
     return rows
@@ -312,23 +325,28 @@ def ignore_runs(rows: Sequence[FieldRow], baseline: SuiteRun, workdir: Path, par
 
 
 def explain(rows: Sequence[FieldRow], reasons: Mapping[str, FieldReason]) -> list[str]:
-    """Give each row no variant sets its entry's reason; return the stale entries: those for a
-    field some variant now sets, or that nothing read."""
+    """Give each row no variant sets its entry's reason, and each row a variant sets that no
+    check caught its :data:`INERT` entry; return the stale entries: those for a field nothing
+    read, for one some variant now sets (an entry other than :data:`INERT`), and an
+    :data:`INERT` one for a field no variant sets or some check catches."""
     for row in rows:
         row.reason = row.why = ""
     by_name = {row.name: row for row in rows}
     stale = []
     for name, entry in sorted(reasons.items()):
         explained = by_name.get(name)
-        if explained is None or explained.variants:
-            why = (
-                "no longer read"
-                if explained is None
-                else f"set by {len(explained.variants)} variant(s)"
-            )
-            stale.append(f"{name}: {why}")
+        if explained is None:
+            why = "no longer read"
+        elif entry.reason == INERT and not explained.variants:
+            why = "inert, but no variant sets it"
+        elif entry.reason == INERT and explained.caught_by:
+            why = f"inert, but {len(explained.caught_by)} check(s) fail when it is ignored"
+        elif entry.reason != INERT and explained.variants:
+            why = f"set by {len(explained.variants)} variant(s)"
+        else:
+            explained.reason, explained.why = entry.reason, entry.why
             continue
-        explained.reason, explained.why = entry.reason, entry.why
+        stale.append(f"{name}: {why}")
     return stale
 
 
@@ -357,6 +375,7 @@ VERDICT_ORDER = (
     "no variant",
     "variant needs CUDA",
     "no variant, explained",
+    "no effect, explained",
     "not run",
     "caught",
     "a section",
@@ -415,14 +434,16 @@ def render_markdown(report: Mapping[str, Any]) -> str:
         variants = ", ".join(f"`{v}`" for v in sorted(row["variants"], key=len)[:2]) + (
             f" (+{len(row['variants']) - 2})" if len(row["variants"]) > 2 else ""
         )
-        caught = (
-            f"{len(row['caught_by'])} of {len(row['ignored_checks'])}: "
-            + ", ".join(f"`{c.split('::')[-1]}`" for c in row["caught_by"][:2])
-            if row["ignored_checks"]
-            else f"{row['reason']}: {row['why']}"
-            if row.get("reason")
-            else row["run_problem"]
-        )
+        if row.get("reason"):
+            caught = f"{row['reason']}: {row['why']}" + (
+                f" (0 of {len(row['ignored_checks'])} failed)" if row["ignored_checks"] else ""
+            )
+        elif row["ignored_checks"]:
+            caught = f"{len(row['caught_by'])} of {len(row['ignored_checks'])}: " + ", ".join(
+                f"`{c.split('::')[-1]}`" for c in row["caught_by"][:2]
+            )
+        else:
+            caught = row["run_problem"]
         lines.append(
             f"| `{row['section']}.{row['field']}` | {sites} | {published} | {default} | "
             f"{variants} | {caught} | {row['verdict']} |"

@@ -107,11 +107,18 @@ def test_a_field_is_set_by_the_variants_whose_config_holds_another_value():
 
 def test_a_field_only_variants_no_check_ran_on_set_needs_cuda():
     """The Omni language model is built only by a CUDA vLLM: its checks skip on a CPU, and a
-    field only it sets is told apart from one a check could catch."""
+    field only it sets is told apart from one a check could catch. A check that ran on the
+    variant counts only if it read the field (the V2 language model's checks never read the MoE
+    sizes that ``text_sizes="other"`` sets)."""
     omni = ModelSpec(language_model="omni")
-    recorded = _recorded([_field("text_config", "routed_scaling_factor")], [ModelSpec(), omni])
-    recorded["variants"][1]["checks"] = ["suites/conformance/test_w.py::test_omni"]
-    ran = {"suites/conformance/test_a.py::test_b"}
+    field = _field("text_config", "routed_scaling_factor")
+    field["checks"].append("suites/conformance/test_w.py::test_omni")
+    recorded = _recorded([field], [ModelSpec(), omni])
+    recorded["variants"][1]["checks"] = [
+        "suites/conformance/test_w.py::test_omni",
+        "suites/conformance/test_w.py::test_text",
+    ]
+    ran = {"suites/conformance/test_a.py::test_b", "suites/conformance/test_w.py::test_text"}
     (row,) = build_rows(recorded, published_configs(), ran)
     assert row.variants == [omni.slug]
     assert row.verdict == "variant needs CUDA"
@@ -192,6 +199,35 @@ def test_a_field_no_variant_sets_takes_its_entry_s_reason_and_stale_entries_are_
     # A row whose entry went stale is no longer explained.
     assert explain(rows, {}) == []
     assert rows[0].verdict == "no variant"
+
+
+def test_an_inert_entry_explains_a_field_variants_set_that_no_check_catches():
+    """An ``inert`` entry: for a field some variant sets whose ignore run failed no check; it
+    is stale for a field no variant sets, or one a check catches."""
+    inert, unset, caught = (
+        _row("use_cache", ["v2-a"]),
+        _row("layer_norm_epsilon", []),
+        _row("head_dim", ["v2-b"]),
+    )
+    for row in (inert, caught):
+        row.ignored_checks = ["suites/conformance/test_a.py::test_b"]
+    caught.caught_by = ["suites/conformance/test_a.py::test_b"]
+    reasons = {
+        f"text_config.{row.field}": FieldReason(f"text_config.{row.field}", "inert", "unused")
+        for row in (inert, unset, caught)
+    }
+    stale = explain([inert, unset, caught], reasons)
+    assert [r.verdict for r in (inert, unset, caught)] == [
+        "no effect, explained",
+        "no variant",
+        "caught",
+    ]
+    assert stale == [
+        "text_config.head_dim: inert, but 1 check(s) fail when it is ignored",
+        "text_config.layer_norm_epsilon: inert, but no variant sets it",
+    ]
+    text = render_markdown(json.loads(json.dumps(build_report([inert], {}, []))))
+    assert "| inert: unused (0 of 1 failed) | no effect, explained |" in text
 
 
 @pytest.mark.parametrize(
