@@ -251,8 +251,7 @@ def build_rows(
                 served=section == "processor option"
                 or ran is None
                 or any(
-                    set(served_by.get(v, ())) & set(ran) & set(entry["checks"])
-                    for v in differing
+                    set(served_by.get(v, ())) & set(ran) & set(entry["checks"]) for v in differing
                 ),
             )
         )
