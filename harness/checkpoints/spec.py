@@ -91,6 +91,9 @@ _CHANGED_FIELD_SLUGS = (
     ("image_size", "px"),
     ("projector_hidden_size", "proj"),
     ("num_mel_bins", "mel"),
+    ("downsample_ratio", "shuffle"),
+    ("ps_version", "ps"),
+    ("audio_sampling_rate", "sr"),
 )
 
 
@@ -141,6 +144,14 @@ class ModelSpec:
     image_size: int = 64  # a static tile's side: a 4 x 4 patch grid, 4 embedding rows
     projector_hidden_size: int = 64
     num_mel_bins: int = 16
+    # The pixel shuffle's ratio (both published checkpoints: 0.5, 2 x 2 patches per token);
+    # 0.25 merges 4 x 4 patches into one token, and ``mlp1`` takes 16 patches' channels.
+    downsample_ratio: float = 0.5
+    # The pixel shuffle's version: "v1" (legacy) leaves each tile's token grid transposed.
+    ps_version: Literal["v2", "v1"] = "v2"
+    # The rate Parakeet's features are computed at (sound_config.sampling_rate; Omni: 16 kHz):
+    # the target resamples every clip to it, and the mel filters span half of it.
+    audio_sampling_rate: int = 16000
 
     def __post_init__(self) -> None:
         if self.language_model not in ("v2", "omni"):
@@ -176,6 +187,19 @@ class ModelSpec:
                 raise ValueError(
                     f"ModelSpec.{name}: expected one of {list(SIZES)}, got {getattr(self, name)!r}"
                 )
+        if self.ps_version not in ("v2", "v1"):
+            raise ValueError(
+                f"ModelSpec.ps_version: expected 'v2' or 'v1', got {self.ps_version!r}"
+            )
+        if self.audio_sampling_rate not in (16000, 8000):
+            raise ValueError(
+                "ModelSpec.audio_sampling_rate: expected 16000 or 8000, got "
+                f"{self.audio_sampling_rate!r}"
+            )
+        if self.downsample_ratio not in (0.5, 0.25):
+            raise ValueError(
+                f"ModelSpec.downsample_ratio: expected 0.5 or 0.25, got {self.downsample_ratio!r}"
+            )
         if self.quantization == "fp8" and self.language_model != "v2":
             raise ValueError(
                 "ModelSpec.quantization: 'fp8' is written for the 'v2' language model only (no "
@@ -300,6 +324,7 @@ def _vl_config(spec: ModelSpec) -> VLConfig:
         "num_mel_bins": spec.num_mel_bins,
         "conv_kernel_size": 5,
         "hop_length": spec.audio_hop_length,
+        "sampling_rate": spec.audio_sampling_rate,
         "convolution_bias": spec.audio_convolution_bias,
     }
     if spec.sound_sizes == "other":
@@ -308,6 +333,8 @@ def _vl_config(spec: ModelSpec) -> VLConfig:
         "text_config": text,
         "vision_config": vision,
         "projector_hidden_size": spec.projector_hidden_size,
+        "downsample_ratio": spec.downsample_ratio,
+        "ps_version": spec.ps_version,
         "force_image_size": spec.image_size,
         "max_model_len": spec.max_model_len,
         "dynamic_resolution": spec.dynamic_resolution,

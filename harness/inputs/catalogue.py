@@ -64,6 +64,10 @@ MTP = ModelSpec(mtp=True)  # vision_final_layernorm before the pixel shuffle
 # resolution, 8 x 8 patches), so a grid of another size crops the table before resizing it,
 # where CPE resizes it to the longer side first. The tile is not the default's, so a target
 # that reads the preferred resolution wrongly (as the default's 64 px) switches CPE on.
+# One token per 4 x 4 patches (a static tile is one token): the pixel shuffle's other ratio.
+QUARTER_SHUFFLE = ModelSpec(downsample_ratio=0.25)
+SHUFFLE_V1 = ModelSpec(ps_version="v1")  # the legacy shuffle: each tile's tokens transposed
+AUDIO_8KHZ = ModelSpec(audio_sampling_rate=8000)  # Parakeet's features at 8 kHz
 DYNAMIC_NO_CPE = ModelSpec(dynamic_resolution=True, image_size=128, cpe_max_size=128)
 NO_CONV_BIAS = ModelSpec(audio_convolution_bias=False)  # Omni's Parakeet, biases in the file
 
@@ -202,12 +206,15 @@ REQUEST_FORMS: tuple[RequestForm, ...] = (
     RequestForm("images-dynamic-no-cpe", DYNAMIC_NO_CPE, _images_dynamic),
     RequestForm("image-fewer-tiles-per-request", STATIC, _image_fewer_tiles),
     RequestForm("images-mtp", MTP, _images_pil),
+    RequestForm("images-quarter-shuffle", QUARTER_SHUFFLE, _images_pil),
+    RequestForm("images-shuffle-v1", SHUFFLE_V1, _images_pil),
     RequestForm("image-dynamic-long-prompt", DYNAMIC_SHORT, _image_long_prompt),
     RequestForm("video-t1", STATIC, _video),
     RequestForm("videos-t2", TEMPORAL_2, _videos_two),
     RequestForm("audios", STATIC, _audio),
     RequestForm("audios-hop-128", HOP_128, _audio),  # token counts follow a non-default hop
     RequestForm("audios-no-conv-bias", NO_CONV_BIAS, _audio),
+    RequestForm("audios-8khz-model", AUDIO_8KHZ, _audio),
     RequestForm("image-embeds-stacked-one", STATIC, _image_embeds_stacked_one),
     RequestForm("image-embeds-stacked", STATIC, _image_embeds_stacked),
     RequestForm("image-embeds-list", STATIC, _image_embeds_list),
