@@ -314,3 +314,40 @@ def test_ignoring_the_thumbnail_fails_a_variant_of_the_covering_array(tmp_path):
     reads = {(f["section"], f["field"]) for f in recorded["fields"]}
     assert ("config", "use_thumbnail") in reads
     assert [v["slug"] for v in recorded["variants"]] == [spec.checkpoint.slug]
+
+
+@needs_vllm
+def test_a_build_s_reads_count_for_every_check_that_uses_the_model(tmp_path):
+    """The model is built in the first check that asks for it and shared: the fields its
+    constructor reads count for the later checks too (else an ignore run leaves them out, and a
+    field only they would catch reads as not caught)."""
+    first, second = (
+        f"suites/conformance/test_parity.py::test_request_matches_the_reference[{name}]"
+        for name in ("images-pil", "images-array")
+    )
+    out = tmp_path / "reads.json"
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            first,
+            second,
+            "--target=vllm",
+            "-p",
+            "no:cacheprovider",
+            "-q",
+            f"--record-config-reads={out}",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    recorded = json.loads(out.read_text())
+    # Read once, by the constructor (nano_nemotron_vl.py), while the first check built it.
+    (ps_version,) = (f for f in recorded["fields"] if f["field"] == "ps_version")
+    assert {first, second} <= set(ps_version["checks"])
+    (variant,) = recorded["variants"]
+    assert {first, second} <= set(variant["checks"])
