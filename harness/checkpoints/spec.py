@@ -97,6 +97,21 @@ _CHANGED_FIELD_SLUGS = (
 )
 
 
+#: The fields of :class:`ModelSpec` that take one of a few values, and those values.
+_CHOICES: dict[str, tuple[object, ...]] = {
+    "language_model": ("v2", "omni"),
+    "video_temporal_patch_size": (1, 2),
+    "quantization": ("none", "fp8"),
+    "checkpoint_dtype": tuple(sorted(CHECKPOINT_DTYPES)),
+    "pixel_normalisation": tuple(sorted(PIXEL_NORMALISATIONS)),
+    "text_sizes": SIZES,
+    "sound_sizes": SIZES,
+    "ps_version": ("v2", "v1"),
+    "audio_sampling_rate": (16000, 8000),
+    "downsample_ratio": (0.5, 0.25),
+}
+
+
 @dataclass(frozen=True)
 class ModelSpec:
     """A variant of the tiny checkpoint, and the sizes the suites read from it.
@@ -154,51 +169,16 @@ class ModelSpec:
     audio_sampling_rate: int = 16000
 
     def __post_init__(self) -> None:
-        if self.language_model not in ("v2", "omni"):
-            raise ValueError(
-                f"ModelSpec.language_model: expected 'v2' or 'omni', got {self.language_model!r}"
-            )
-        if self.video_temporal_patch_size not in (1, 2):
-            raise ValueError(
-                "ModelSpec.video_temporal_patch_size: expected 1 or 2, got "
-                f"{self.video_temporal_patch_size!r}"
-            )
-        if self.quantization not in ("none", "fp8"):
-            raise ValueError(
-                f"ModelSpec.quantization: expected 'none' or 'fp8', got {self.quantization!r}"
-            )
+        for name, allowed in _CHOICES.items():
+            if getattr(self, name) not in allowed:
+                raise ValueError(
+                    f"ModelSpec.{name}: expected one of {list(allowed)}, got "
+                    f"{getattr(self, name)!r}"
+                )
         if not 1 <= self.max_num_tiles <= DEFAULT_MAX_NUM_TILES:
             raise ValueError(
                 f"ModelSpec.max_num_tiles: expected 1..{DEFAULT_MAX_NUM_TILES}, got "
                 f"{self.max_num_tiles!r}"
-            )
-        if self.checkpoint_dtype not in CHECKPOINT_DTYPES:
-            raise ValueError(
-                f"ModelSpec.checkpoint_dtype: expected one of {sorted(CHECKPOINT_DTYPES)}, got "
-                f"{self.checkpoint_dtype!r}"
-            )
-        if self.pixel_normalisation not in PIXEL_NORMALISATIONS:
-            raise ValueError(
-                "ModelSpec.pixel_normalisation: expected one of "
-                f"{sorted(PIXEL_NORMALISATIONS)}, got {self.pixel_normalisation!r}"
-            )
-        for name in ("text_sizes", "sound_sizes"):
-            if getattr(self, name) not in SIZES:
-                raise ValueError(
-                    f"ModelSpec.{name}: expected one of {list(SIZES)}, got {getattr(self, name)!r}"
-                )
-        if self.ps_version not in ("v2", "v1"):
-            raise ValueError(
-                f"ModelSpec.ps_version: expected 'v2' or 'v1', got {self.ps_version!r}"
-            )
-        if self.audio_sampling_rate not in (16000, 8000):
-            raise ValueError(
-                "ModelSpec.audio_sampling_rate: expected 16000 or 8000, got "
-                f"{self.audio_sampling_rate!r}"
-            )
-        if self.downsample_ratio not in (0.5, 0.25):
-            raise ValueError(
-                f"ModelSpec.downsample_ratio: expected 0.5 or 0.25, got {self.downsample_ratio!r}"
             )
         if self.quantization == "fp8" and self.language_model != "v2":
             raise ValueError(
