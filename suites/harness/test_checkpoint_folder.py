@@ -79,7 +79,9 @@ def test_every_tensor_is_random_and_distinct(folder):
 
 
 def test_a_bad_spec_is_named():
-    with pytest.raises(ValueError, match=r"video_temporal_patch_size: expected one of \[1, 2\], got 3"):
+    with pytest.raises(
+        ValueError, match=r"video_temporal_patch_size: expected one of \[1, 2\], got 3"
+    ):
         ModelSpec(video_temporal_patch_size=3)
     with pytest.raises(ValueError, match=r"language_model: expected one of \['v2', 'omni'\]"):
         ModelSpec(language_model="v3")  # type: ignore[arg-type]
