@@ -223,7 +223,8 @@ def build_rows(
         raise InventoryError("the recording run recorded no config reads (was vLLM the target?)")
     default = next((v for v in variants if v["slug"] == ModelSpec().slug), None)
     default_config = default["config"] if default else _default_config()
-    served_by = {v["slug"]: v.get("checks", []) for v in variants}
+    served_by = {v["slug"]: set(v.get("checks", [])) for v in variants}
+    ran = set(ran) if ran is not None else None
     rows = []
     for entry in recorded["fields"]:
         section, name = entry["section"], entry["field"]
@@ -250,9 +251,7 @@ def build_rows(
                 variants=differing,
                 served=section == "processor option"
                 or ran is None
-                or any(
-                    set(served_by.get(v, ())) & set(ran) & set(entry["checks"]) for v in differing
-                ),
+                or any(served_by.get(v, set()) & ran & set(entry["checks"]) for v in differing),
             )
         )
     return rows

@@ -247,11 +247,11 @@ def checkpoint_sources(name: str) -> tuple[str, ...]:
 
 
 def expected_parameter(
-    name: str, shape: torch.Size, checkpoint: Mapping[str, torch.Tensor]
+    sources: tuple[str, ...], shape: torch.Size, checkpoint: Mapping[str, torch.Tensor]
 ) -> torch.Tensor | None:
-    """The value vLLM's parameter ``name`` must hold after loading ``checkpoint``; None when the
-    parameter has no checkpoint source (then :data:`CONSTRUCTOR_INITIALISED` applies)."""
-    sources = checkpoint_sources(name)
+    """The value a vLLM parameter of ``shape`` made of ``sources`` (its
+    :func:`checkpoint_sources`) must hold after loading ``checkpoint``; None when it has no
+    checkpoint source (then :data:`CONSTRUCTOR_INITIALISED` applies)."""
     if not sources:
         return None
     if len(sources) > 1:

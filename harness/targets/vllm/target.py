@@ -510,9 +510,9 @@ class _FreshVllm(FreshModel):
 
     def read_back(self, checkpoint: dict[str, torch.Tensor]) -> Iterable[ReadBack]:
         for name, tensor in self.tensors().items():
-            expected = build.expected_parameter(name, tensor.shape, checkpoint)
+            sources = build.checkpoint_sources(name)
+            expected = build.expected_parameter(sources, tensor.shape, checkpoint)
             initialised = expected is None and name.endswith(build.CONSTRUCTOR_INITIALISED)
-            sources = build.checkpoint_sources(name) if expected is not None else ()
             yield ReadBack(name, tensor, expected, 1.0 if initialised else None, sources)
 
 
