@@ -55,6 +55,8 @@ class AudioConfig:
     intermediate_size: int = 4096
     conv_kernel_size: int = 9
     convolution_bias: bool = True
+    # The feed-forward's and the convolution module's activation (transformers' ACT2FN names).
+    hidden_act: str = "silu"
     projection_hidden_size: int = 4096
     projection_bias: bool = False
     projection_eps: float = 1e-5
@@ -62,6 +64,30 @@ class AudioConfig:
     def __post_init__(self) -> None:
         if self.subsampling_factor < 1 or self.subsampling_factor & (self.subsampling_factor - 1):
             raise ConfigError("subsampling_factor", "a power of two", self.subsampling_factor)
+        from transformers.activations import ACT2FN  # transformers' encoder resolves the name
+
+        if self.hidden_act not in ACT2FN:
+            raise ConfigError("hidden_act", f"one of {sorted(ACT2FN)}", self.hidden_act)
+        if self.subsampling_conv_stride < 1:
+            raise ConfigError(
+                "subsampling_conv_stride", "a positive int", self.subsampling_conv_stride
+            )
+        # transformers' encoder sizes its linear layer for mel bins // stride**layers; the
+        # convolutions must leave that many bins, or its first forward fails on the shapes.
+        layers = self.subsampling_factor.bit_length() - 1  # log2: one strided conv per halving
+        k, stride = self.subsampling_conv_kernel_size, self.subsampling_conv_stride
+        bins = self.num_mel_bins
+        for _ in range(layers):
+            bins = (bins + 2 * ((k - 1) // 2) - k) // stride + 1
+        sized_for = self.num_mel_bins // stride**layers
+        if bins != sized_for or bins < 1:
+            raise ConfigError(
+                "subsampling_conv_stride",
+                f"a stride whose {layers} convolutions leave num_mel_bins // stride**{layers} "
+                f"mel bins (num_mel_bins={self.num_mel_bins}, kernel {k}; {bins} left, "
+                f"{sized_for} expected)",
+                stride,
+            )
 
     def encoder_fields(self) -> dict[str, object]:
         """The Parakeet encoder's fields (``ParakeetEncoderConfig`` keyword arguments)."""
@@ -77,6 +103,7 @@ class AudioConfig:
             "subsampling_conv_stride",
             "num_mel_bins",
             "convolution_bias",
+            "hidden_act",
         )
         return {name: getattr(self, name) for name in names}
 

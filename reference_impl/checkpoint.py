@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import math
 import threading
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
@@ -75,6 +76,8 @@ TOP_LEVEL_FIELDS = (
 )
 #: ``vision_config.args`` keys a RADIO config carries beyond the model name.
 RADIO_ARGS = ("cpe_max_size", "register_multiple")
+#: RADIO's blocks' LayerNorm epsilon when ``vision_config.args`` names none (timm's ViT).
+RADIO_LAYER_NORM_EPS = 1e-6
 
 
 def vl_config_to_hf_dict(config: VLConfig) -> dict[str, Any]:
@@ -92,6 +95,8 @@ def vl_config_to_hf_dict(config: VLConfig) -> dict[str, Any]:
         )
     args: dict[str, Any] = {"model": vision.model_name}
     args.update({name: getattr(vision, name) for name in RADIO_ARGS})
+    if vision.layer_norm_eps != RADIO_LAYER_NORM_EPS:  # timm's default is left unwritten
+        args["layer_norm_eps"] = vision.layer_norm_eps
     if config.dynamic_resolution:
         args.update(min_num_patches=config.min_num_patches, max_num_patches=config.max_num_patches)
     data: dict[str, Any] = {
@@ -110,10 +115,12 @@ def vl_config_to_hf_dict(config: VLConfig) -> dict[str, Any]:
             "preferred_resolution": [vision.image_size, vision.image_size],
             "video_temporal_patch_size": vision.video_temporal_patch_size,
             "separate_video_embedder": vision.separate_video_embedder,
-            "layer_norm_eps": vision.layer_norm_eps,
+            "layer_norm_eps": vision.final_layernorm_eps,
             "video_maintain_aspect_ratio": config.video_maintain_aspect_ratio,
         },
     }
+    if config.video_target_num_patches is not None:
+        data["vision_config"]["video_target_num_patches"] = config.video_target_num_patches
     if config.sound_config is not None:
         sound = config.sound_config
         data["sound_config"] = {
@@ -124,7 +131,6 @@ def vl_config_to_hf_dict(config: VLConfig) -> dict[str, Any]:
             "projection_eps": sound.projection_eps,
             "sampling_rate": sound.sampling_rate,
             "hop_length": sound.hop_length,
-            "hidden_act": "silu",
         }
     return data
 
@@ -150,7 +156,8 @@ def vl_config_from_hf_dict(data: Mapping[str, Any]) -> VLConfig:
         args["model"],
         image_size=int(resolution[0]),
         patch_size=int(vision_data.get("patch_size", 16)),
-        layer_norm_eps=float(vision_data.get("layer_norm_eps", 1e-6)),
+        layer_norm_eps=float(args.get("layer_norm_eps", RADIO_LAYER_NORM_EPS)),
+        final_layernorm_eps=float(vision_data.get("layer_norm_eps", 1e-6)),
         video_temporal_patch_size=temporal,
         separate_video_embedder=bool(vision_data.get("separate_video_embedder", True)),
         **{name: args[name] for name in RADIO_ARGS if name in args},
@@ -180,9 +187,31 @@ def vl_config_from_hf_dict(data: Mapping[str, Any]) -> VLConfig:
         min_num_patches=int(args.get("min_num_patches", 1)),
         max_num_patches=int(args.get("max_num_patches", 0)),
         max_model_len=int(data.get("max_sequence_length", 4096)),
+        video_target_num_patches=_video_target_num_patches(vision_data),
         video_maintain_aspect_ratio=bool(vision_data.get("video_maintain_aspect_ratio", False)),
         **top,
     )
+
+
+def _video_target_num_patches(vision_data: Mapping[str, Any]) -> int | None:
+    """The patches a video frame is resized to: ``video_target_num_patches``, or the square
+    grid of ``video_target_img_size`` pixels (at most one of the two may be set)."""
+    patches = vision_data.get("video_target_num_patches")
+    side = vision_data.get("video_target_img_size")
+    if patches is not None and side is not None:
+        raise ConfigError(
+            "vision_config.video_target_num_patches / video_target_img_size",
+            "at most one of the two",
+            f"both ({patches!r}, {side!r})",
+        )
+    if side is not None:
+        if not isinstance(side, int) or side < 1:
+            raise ConfigError("vision_config.video_target_img_size", "a positive int", side)
+        per_side = math.ceil(side / int(vision_data.get("patch_size", 16)))
+        return per_side * per_side
+    if patches is not None and (not isinstance(patches, int) or patches < 1):
+        raise ConfigError("vision_config.video_target_num_patches", "a positive int", patches)
+    return patches
 
 
 def checkpoint_state_dict(model: NanoNemotronVLForConditionalGeneration) -> dict[str, torch.Tensor]:

@@ -55,11 +55,11 @@ class Connector(nn.Module):
         super().__init__()
         self.config = config
         self.mlp1 = build_mlp1(config)
-        # vLLM 0.33.0: a LayerNorm on the vision features when the LM has MTP layers.
+        # vLLM 0.33.0: a LayerNorm on the vision features when the LM has MTP layers, with the
+        # checkpoint's vision_config.layer_norm_eps.
+        eps = config.vision_config.final_layernorm_eps if config.vision_config else 1e-6
         self.vision_final_layernorm = (
-            nn.LayerNorm(config.vit_hidden_size, eps=1e-6)
-            if config.vision_final_layernorm
-            else None
+            nn.LayerNorm(config.vit_hidden_size, eps=eps) if config.vision_final_layernorm else None
         )
 
     def forward(self, features: torch.Tensor, grid: tuple[int, int]) -> torch.Tensor:

@@ -219,13 +219,15 @@ ImageInputs: TypeAlias = ImagePixelInputs | ImagePixelDynamicInputs | ImageEmbed
 
 @dataclass(frozen=True)
 class VideoPixelInputs:
-    """Frames of every video: ``pixel_values_flat [v, 3, H, W]``, ``num_frames [n]`` per video.
+    """Frames of every video: ``pixel_values_flat [v, 3, H, W]``, ``num_frames [n]`` per video;
+    when the videos' frames differ in size (resized keeping each video's aspect ratio), one
+    ``[f_i, 3, H_i, W_i]`` tensor per video instead.
 
     ``frames_indices [v]`` are the frames' original indices, ``frame_duration_ms [n]`` each video's
     frame duration (the separator text carries the timestamps they give).
     """
 
-    pixel_values_flat: torch.Tensor
+    pixel_values_flat: torch.Tensor | list[torch.Tensor]
     num_frames: list[int]
     frames_indices: list[int]
     frame_duration_ms: list[int]
@@ -235,23 +237,45 @@ class VideoPixelInputs:
     def num_items(self) -> int:
         return len(self.num_frames)
 
+    def per_video(self) -> list[torch.Tensor]:
+        """Each video's ``[f_i, 3, H_i, W_i]`` frames."""
+        if isinstance(self.pixel_values_flat, list):
+            return self.pixel_values_flat
+        return list(torch.split(self.pixel_values_flat, self.num_frames))
+
     def validate(self, patch_size: int, shuffle_factor: int) -> None:
-        dims = ShapeBinder()
-        dims.check("pixel_values_flat_video", self.pixel_values_flat, ("v", 3, "H", "W"))
-        _require_floating("pixel_values_flat_video", self.pixel_values_flat)
         _positive("video_num_patches", self.num_frames)
+        dims = ShapeBinder()
+        if isinstance(self.pixel_values_flat, list):
+            videos = self.pixel_values_flat
+            dims.bind("pixel_values_flat_video", "n", len(videos))
+            for i, frames in enumerate(videos):
+                name = f"pixel_values_flat_video[{i}]"
+                ShapeBinder().check(name, frames, ("f", 3, "H", "W"))
+                _require_floating(name, frames)
+                if frames.shape[0] != self.num_frames[i]:
+                    raise InputValidationError(
+                        f"{name}.shape[0]",
+                        f"video_num_patches[{i}]={self.num_frames[i]}",
+                        frames.shape[0],
+                    )
+        else:
+            videos = [self.pixel_values_flat]
+            dims.check("pixel_values_flat_video", self.pixel_values_flat, ("v", 3, "H", "W"))
+            _require_floating("pixel_values_flat_video", self.pixel_values_flat)
         dims.bind("sum(video_num_patches)", "v", sum(self.num_frames))
         dims.bind("frames_indices", "v", len(self.frames_indices))
         dims.bind("video_num_patches", "n", len(self.num_frames))
         dims.bind("frame_duration_ms", "n", len(self.frame_duration_ms))
         step = patch_size * shuffle_factor
-        h, w = self.pixel_values_flat.shape[-2:]
-        if h % step or w % step:
-            raise InputValidationError(
-                "pixel_values_flat_video.shape[-2:]",
-                f"multiples of patch_size*{shuffle_factor}={step}",
-                (h, w),
-            )
+        for frames in videos:
+            h, w = frames.shape[-2:]
+            if h % step or w % step:
+                raise InputValidationError(
+                    "pixel_values_flat_video.shape[-2:]",
+                    f"multiples of patch_size*{shuffle_factor}={step}",
+                    (h, w),
+                )
 
 
 @dataclass(frozen=True)

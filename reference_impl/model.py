@@ -201,9 +201,12 @@ class NanoNemotronVLModel(nn.Module):
             return embeds
         pixels = kw.get("pixel_values_flat_video")
         if isinstance(pixels, (list, tuple)):
-            # One [f_i, 3, H, W] tensor per video (same H, W): concatenate the frames.
+            # One [f_i, 3, H_i, W_i] tensor per video: the frames concatenated when they share
+            # a size, kept per video when not (each video resized keeping its aspect ratio).
             frames = _image_list("pixel_values_flat_video", pixels)
-            pixels = torch.cat(frames) if all(f.ndim == 4 for f in frames) else pixels
+            sizes = {tuple(f.shape[1:]) for f in frames}
+            if all(f.ndim == 4 for f in frames):
+                pixels = torch.cat(frames) if len(sizes) == 1 else frames
         elif isinstance(pixels, torch.Tensor) and pixels.ndim == 5:
             pixels = pixels.flatten(0, 1)  # [n, f, 3, H, W] -> [n*f, 3, H, W]
         video = VideoPixelInputs(
@@ -307,7 +310,7 @@ class NanoNemotronVLModel(nn.Module):
 
     def _embed_videos(self, inputs: VideoPixelInputs) -> list[torch.Tensor]:
         t = self.config.video_temporal_patch_size
-        frames_per_video = torch.split(inputs.pixel_values_flat, inputs.num_frames)
+        frames_per_video = inputs.per_video()
         indices_per_video = _split_list(inputs.frames_indices, inputs.num_frames)
         p = self.config.patch_size
         out = []

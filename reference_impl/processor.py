@@ -357,11 +357,10 @@ class NanoNemotronVLProcessor:
             counts.append(frames.shape[0])
             indices.append(torch.tensor(index))
             durations.append(duration)
-        sizes = {tuple(p.shape[-2:]) for p in pixels}
-        if len(sizes) > 1:
-            raise ConfigError("videos", "frames of one size in one request", sorted(sizes))
+        # Videos resized keeping their aspect ratios differ in frame size: one tensor each.
+        one_size = len({tuple(p.shape[-2:]) for p in pixels}) == 1
         return {
-            "pixel_values_flat_video": torch.cat(pixels),
+            "pixel_values_flat_video": torch.cat(pixels) if one_size else pixels,
             "video_num_patches": torch.tensor(counts),
             "frames_indices": torch.cat(indices),
             "frame_duration_ms": torch.tensor(durations),

@@ -51,7 +51,11 @@ class RadioConfig:
     image_size: int = 224
     patch_size: int = 16
     qkv_bias: bool = True
+    # The blocks' LayerNorm epsilon: RADIO's own (timm's ``args``, 1e-6 unless they set one).
     layer_norm_eps: float = 1e-6
+    # ``vision_config.layer_norm_eps``: the epsilon of the connector's vision_final_layernorm
+    # (MTP checkpoints), which vLLM reads for that norm only, not for RADIO's blocks.
+    final_layernorm_eps: float = 1e-6
     cpe_max_size: int = 2048
     register_multiple: int | None = None
     num_cls_tokens: int = 1

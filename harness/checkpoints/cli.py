@@ -3,7 +3,7 @@
 The findings' reproductions run against such a folder with vLLM alone::
 
     nemotron-vl-checkpoint DIR [--dynamic] [--max-model-len N] [--checkpoint-dtype D]
-                               [--adapter NAME ADIR ...]
+                               [--video-aspect-patches N] [--adapter NAME ADIR ...]
 """
 
 from __future__ import annotations
@@ -35,8 +35,9 @@ def _positive_int(text: str) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``nemotron-vl-checkpoint DIR [--dynamic] [--max-model-len N] [--checkpoint-dtype D]
-    [--adapter NAME ADIR]``: write the tiny checkpoint folder into ``DIR`` (and each named LoRA
-    adapter's folder for it into its ``ADIR``), and print each folder's path, one a line."""
+    [--video-aspect-patches N] [--adapter NAME ADIR]``: write the tiny checkpoint folder into
+    ``DIR`` (and each named LoRA adapter's folder for it into its ``ADIR``), and print each
+    folder's path, one a line."""
     parser = argparse.ArgumentParser(
         prog="nemotron-vl-checkpoint",
         description="Write a tiny Nano-Nemotron VL checkpoint folder that vLLM reads as it reads "
@@ -63,6 +64,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         "%(default)s; vLLM's --dtype auto serves a float32 checkpoint in bfloat16)",
     )
     parser.add_argument(
+        "--video-aspect-patches",
+        type=_positive_int,
+        default=None,
+        metavar="N",
+        help="resize video frames to about N patches keeping their aspect ratio "
+        "(vision_config.video_target_num_patches = N, video_maintain_aspect_ratio = true; "
+        "default: each frame to a tile's side)",
+    )
+    parser.add_argument(
         "--adapter",
         nargs=2,
         action="append",
@@ -86,6 +96,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             dynamic_resolution=args.dynamic,
             max_model_len=args.max_model_len,
             checkpoint_dtype=args.checkpoint_dtype,
+            video_target_num_patches=args.video_aspect_patches,
+            video_maintain_aspect_ratio=args.video_aspect_patches is not None,
         )
     except ValueError as e:
         parser.error(str(e))

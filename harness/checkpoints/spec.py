@@ -69,15 +69,21 @@ OTHER_TEXT_SIZES: dict[str, int | bool] = {
     "vocab_size": 300,
 }
 #: Parakeet's ``sound_config`` under ``sound_sizes="other"``.
-OTHER_SOUND_SIZES: dict[str, int | float | bool] = {
+OTHER_SOUND_SIZES: dict[str, int | float | bool | str] = {
     "hidden_size": 48,
     "num_hidden_layers": 2,
     "num_attention_heads": 2,
     "intermediate_size": 80,
     "subsampling_conv_channels": 4,
     "subsampling_conv_kernel_size": 5,
-    # Two stride-2 convolutions, not three: twice the audio tokens per second of the default's.
+    # Two strided convolutions, not three (the factor's log2), each of stride 4, not 2: a
+    # sixteenth of the frames, not an eighth (read by the processor's token count and by the
+    # encoder). transformers' encoder sizes its linear layer as mel bins // stride ** 2, which
+    # matches what its convolutions leave for 16 and 32 bins at stride 4, not at stride 3.
     "subsampling_factor": 4,
+    "subsampling_conv_stride": 4,
+    # The feed-forward's and the convolution module's activation (both checkpoints: silu).
+    "hidden_act": "gelu",
     "projection_hidden_size": 40,
     # The projection's RMS norm epsilon, large enough to move the rows past their bound.
     "projection_eps": 0.5,
@@ -94,6 +100,8 @@ _CHANGED_FIELD_SLUGS = (
     ("downsample_ratio", "shuffle"),
     ("ps_version", "ps"),
     ("audio_sampling_rate", "sr"),
+    ("vision_final_layernorm_eps", "vision-eps"),
+    ("video_target_num_patches", "video-patches"),
 )
 
 
@@ -109,6 +117,7 @@ _CHOICES: dict[str, tuple[object, ...]] = {
     "ps_version": ("v2", "v1"),
     "audio_sampling_rate": (16000, 8000),
     "downsample_ratio": (0.5, 0.25),
+    "vision_final_layernorm_eps": (1e-6, 1000.0),
 }
 
 
@@ -167,6 +176,14 @@ class ModelSpec:
     # The rate Parakeet's features are computed at (sound_config.sampling_rate; Omni: 16 kHz):
     # the target resamples every clip to it, and the mel filters span half of it.
     audio_sampling_rate: int = 16000
+    # vision_config.layer_norm_eps: the epsilon of the LayerNorm MTP checkpoints put on the
+    # vision features (both published checkpoints: 1e-6).
+    vision_final_layernorm_eps: float = 1e-6
+    # vision_config.video_target_num_patches: frames resized to about this many patches instead
+    # of a tile's side (None: the tile, as in both published checkpoints), keeping each video's
+    # aspect ratio when ``video_maintain_aspect_ratio`` is set.
+    video_target_num_patches: int | None = None
+    video_maintain_aspect_ratio: bool = False
 
     def __post_init__(self) -> None:
         for name, allowed in _CHOICES.items():
@@ -179,6 +196,19 @@ class ModelSpec:
             raise ValueError(
                 f"ModelSpec.max_num_tiles: expected 1..{DEFAULT_MAX_NUM_TILES}, got "
                 f"{self.max_num_tiles!r}"
+            )
+        if self.video_target_num_patches is not None and not (
+            isinstance(self.video_target_num_patches, int) and self.video_target_num_patches >= 1
+        ):
+            raise ValueError(
+                "ModelSpec.video_target_num_patches: expected None or a positive int, got "
+                f"{self.video_target_num_patches!r}"
+            )
+        if self.video_maintain_aspect_ratio and self.video_target_num_patches is None:
+            raise ValueError(
+                "ModelSpec.video_maintain_aspect_ratio: expected False without "
+                "video_target_num_patches (frames keep their aspect only when resized to a patch "
+                "target), got True"
             )
         if self.quantization == "fp8" and self.language_model != "v2":
             raise ValueError(
@@ -226,6 +256,8 @@ class ModelSpec:
             parts.append(f"lm-{self.text_sizes}-sizes")
         if self.sound_sizes != "default":
             parts.append(f"sound-{self.sound_sizes}-sizes")
+        if self.video_maintain_aspect_ratio:
+            parts.append("video-aspect")
         # The other fields too, when changed: the slug names the folder, one per spec.
         defaults = {f.name: f.default for f in dataclasses.fields(self)}
         for name, short in _CHANGED_FIELD_SLUGS:
@@ -293,8 +325,9 @@ def _vl_config(spec: ModelSpec) -> VLConfig:
         "cpe_max_size": spec.cpe_max_size,
         "register_multiple": spec.register_multiple,
         "video_temporal_patch_size": spec.video_temporal_patch_size,
+        "final_layernorm_eps": spec.vision_final_layernorm_eps,
     }
-    sound: dict[str, int | float | bool] = {
+    sound: dict[str, int | float | bool | str] = {
         "hidden_size": 32,
         "num_hidden_layers": 1,
         "num_attention_heads": 4,
@@ -324,6 +357,8 @@ def _vl_config(spec: ModelSpec) -> VLConfig:
         "use_thumbnail": spec.use_thumbnail,
         "norm_mean": PIXEL_NORMALISATIONS[spec.pixel_normalisation][0],
         "norm_std": PIXEL_NORMALISATIONS[spec.pixel_normalisation][1],
+        "video_target_num_patches": spec.video_target_num_patches,
+        "video_maintain_aspect_ratio": spec.video_maintain_aspect_ratio,
     }
     if spec.audio:
         overrides["sound_config"] = sound

@@ -59,16 +59,24 @@ DYNAMIC_SHORT = ModelSpec(dynamic_resolution=True, max_model_len=256)
 EVS_T1 = ModelSpec(video_pruning_rate=0.5)
 EVS_T2 = ModelSpec(video_temporal_patch_size=2, video_pruning_rate=0.25)
 EVS_NEAR_1 = ModelSpec(video_pruning_rate=0.95)
-MTP = ModelSpec(mtp=True)  # vision_final_layernorm before the pixel shuffle
-# RADIO without CPE: its position table is the tile's size (``cpe_max_size`` = the preferred
-# resolution, 8 x 8 patches), so a grid of another size crops the table before resizing it,
-# where CPE resizes it to the longer side first. The tile is not the default's, so a target
-# that reads the preferred resolution wrongly (as the default's 64 px) switches CPE on.
+# vision_final_layernorm before the pixel shuffle, with an epsilon (vision_config's
+# layer_norm_eps) that moves the rows: the features' variance is about 12 and mlp1's RMS norm
+# cancels most of a token's scale, so against 1e-6 an epsilon of 1 moves them by 0.2% (under
+# bf16's noise), 1000 by 16%.
+MTP = ModelSpec(mtp=True, vision_final_layernorm_eps=1000.0)
 # One token per 4 x 4 patches (a static tile is one token): the pixel shuffle's other ratio.
 QUARTER_SHUFFLE = ModelSpec(downsample_ratio=0.25)
 SHUFFLE_V1 = ModelSpec(ps_version="v1")  # the legacy shuffle: each tile's tokens transposed
 AUDIO_8KHZ = ModelSpec(audio_sampling_rate=8000)  # Parakeet's features at 8 kHz
+# RADIO without CPE: its position table is the tile's size (``cpe_max_size`` = the preferred
+# resolution, 8 x 8 patches), so a grid of another size crops the table before resizing it,
+# where CPE resizes it to the longer side first. The tile is not the default's, so a target
+# that reads the preferred resolution wrongly (as the default's 64 px) switches CPE on.
 DYNAMIC_NO_CPE = ModelSpec(dynamic_resolution=True, image_size=128, cpe_max_size=128)
+# Video frames resized to about 36 patches keeping their aspect ratio: a 2:1 frame becomes a
+# 4 x 8 patch grid (8 tokens), where the tile would be 4 x 4 (4 tokens) and a square target
+# 6 x 6 (9 tokens).
+VIDEO_ASPECT = ModelSpec(video_target_num_patches=36, video_maintain_aspect_ratio=True)
 NO_CONV_BIAS = ModelSpec(audio_convolution_bias=False)  # Omni's Parakeet, biases in the file
 
 
@@ -109,6 +117,11 @@ def _image_long_prompt(spec: ModelSpec) -> Request:
 
 def _video(spec: ModelSpec) -> Request:
     return Request("Watch <video> closely.", videos=[video_clip(5, 64, 64, 5)])
+
+
+def _video_tall(spec: ModelSpec) -> Request:
+    # Portrait, twice as tall as wide: a target that swaps width and height fails here.
+    return Request("Watch <video> closely.", videos=[video_clip(5, 96, 48, 38)])
 
 
 def _videos_two(spec: ModelSpec) -> Request:
@@ -211,6 +224,7 @@ REQUEST_FORMS: tuple[RequestForm, ...] = (
     RequestForm("image-dynamic-long-prompt", DYNAMIC_SHORT, _image_long_prompt),
     RequestForm("video-t1", STATIC, _video),
     RequestForm("videos-t2", TEMPORAL_2, _videos_two),
+    RequestForm("video-keeps-aspect", VIDEO_ASPECT, _video_tall),
     RequestForm("audios", STATIC, _audio),
     RequestForm("audios-hop-128", HOP_128, _audio),  # token counts follow a non-default hop
     RequestForm("audios-no-conv-bias", NO_CONV_BIAS, _audio),

@@ -66,7 +66,6 @@ def parakeet(
         projection_bias=config.projection_bias,
         projection_eps=config.projection_eps,
         sampling_rate=config.sampling_rate,
-        hidden_act="silu",
     )
     model = ProjectedParakeet(
         sound,

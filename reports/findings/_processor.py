@@ -62,22 +62,29 @@ class Folders:
     """The folders a reproduction runs against: a checkpoint folder (``dynamic``: dynamic
     resolution; ``max_model_len``: the context its config states; ``checkpoint_dtype``: the
     dtype its weights are saved in, its config's ``torch_dtype``) and LoRA adapter folders for
-    it, by the names ``nemotron-vl-checkpoint --adapter NAME DIR`` writes them under."""
+    it, by the names ``nemotron-vl-checkpoint --adapter NAME DIR`` writes them under;
+    ``video_aspect_patches``: video frames resized to about that many patches keeping their
+    aspect ratio (``vision_config.video_target_num_patches``, ``video_maintain_aspect_ratio``)."""
 
     dynamic: bool = False
     max_model_len: int = DEFAULT_MAX_MODEL_LEN
     adapters: tuple[str, ...] = ()
     checkpoint_dtype: str = DEFAULT_CHECKPOINT_DTYPE
+    video_aspect_patches: int | None = None
 
     @property
     def checkpoint_path(self) -> str:
         """Where the commands printed for a person put the checkpoint folder."""
         path = "/tmp/nnvl-tiny" + ("-dynamic" if self.dynamic else "")
         path += "" if self.max_model_len == DEFAULT_MAX_MODEL_LEN else f"-{self.max_model_len}"
-        return path + (
-            ""
-            if self.checkpoint_dtype == DEFAULT_CHECKPOINT_DTYPE
-            else f"-{DTYPE_SHORT_NAMES.get(self.checkpoint_dtype, self.checkpoint_dtype)}"
+        return (
+            path
+            + (
+                ""
+                if self.checkpoint_dtype == DEFAULT_CHECKPOINT_DTYPE
+                else f"-{DTYPE_SHORT_NAMES.get(self.checkpoint_dtype, self.checkpoint_dtype)}"
+            )
+            + ("" if self.video_aspect_patches is None else "-video-aspect")
         )
 
     def adapter_path(self, name: str) -> str:
@@ -92,6 +99,8 @@ class Folders:
             words.append(f"--max-model-len {self.max_model_len}")
         if self.checkpoint_dtype != DEFAULT_CHECKPOINT_DTYPE:
             words.append(f"--checkpoint-dtype {self.checkpoint_dtype}")
+        if self.video_aspect_patches is not None:
+            words.append(f"--video-aspect-patches {self.video_aspect_patches}")
         words += [f"--adapter {name} {self.adapter_path(name)}" for name in self.adapters]
         return " ".join(words)
 
@@ -155,6 +164,14 @@ class Folders:
                 f"{str(folder)!r} is saved in {saved}; this finding needs a checkpoint saved in "
                 f"{self.checkpoint_dtype}: {write}"
             )
+        vision = config.get("vision_config", {})
+        aspect = vision.get("video_target_num_patches")
+        aspect = aspect if vision.get("video_maintain_aspect_ratio") else None
+        if aspect != self.video_aspect_patches:
+            parser.error(
+                f"{str(folder)!r} resizes video frames to {_frame_target(aspect)}; this finding "
+                f"needs {_frame_target(self.video_aspect_patches)}: {write}"
+            )
 
     def _written_by_the_harness(self) -> tuple[Path, list[Path]]:
         sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
@@ -166,6 +183,8 @@ class Folders:
             dynamic_resolution=self.dynamic,
             max_model_len=self.max_model_len,
             checkpoint_dtype=self.checkpoint_dtype,  # type: ignore[arg-type]
+            video_target_num_patches=self.video_aspect_patches,
+            video_maintain_aspect_ratio=self.video_aspect_patches is not None,
         )
         adapters: list[Path] = []
         if self.adapters:
@@ -176,6 +195,10 @@ class Folders:
                 for a in self.adapters
             ]
         return checkpoint_folder(spec), adapters
+
+
+def _frame_target(patches: int | None) -> str:
+    return "a tile" if patches is None else f"about {patches} patches keeping their aspect ratio"
 
 
 def stated_context(folder: Path) -> int:

@@ -33,12 +33,12 @@ import torch
 from harness.checkpoints.cache import checkpoint_weights
 from harness.checkpoints.spec import ModelSpec
 from harness.inputs.catalogue import FORMS_BY_NAME, REQUEST_FORMS
-from harness.inputs.media import audio_clip, embedding_rows, pil_image
+from harness.inputs.media import audio_clip, embedding_rows, pil_image, video_clip
 from harness.inputs.requests import PLACEHOLDER, Request
 from harness.oracles.assertions import raises_clear_error
 from harness.oracles.parity import relative_error, rounding_ceiling
 from harness.oracles.rows import EMBEDDING_TABLE
-from reference_impl.tokenizer import build_tokenizer, shared_tokenizer
+from reference_impl.tokenizer import IMG_CONTEXT, build_tokenizer, shared_tokenizer
 from suites.stress import THREADS, run_in_threads
 
 pytestmark = pytest.mark.concern("requests")
@@ -235,6 +235,35 @@ def test_a_very_thin_image_is_processed(make_model):
     request = Request("<image>", images=[pil_image(5, 1470, 2)])
     result = model.run_request(request)
     _items_and_rows_agree(request, result, model.spec.hidden_size)
+
+
+@pytest.mark.self_consistency("each video in the request against the same video alone")
+def test_videos_of_two_aspect_ratios_embed_as_they_do_alone(make_model):
+    """A checkpoint that resizes video frames to about 36 patches keeping their aspect ratio
+    (``video_target_num_patches``, ``video_maintain_aspect_ratio``), sent a portrait and a
+    landscape video in one request: each becomes its own grid, 8 x 4 and 4 x 8 patches (the
+    side ratio's square roots of 36 rounded, then to even sides that fit), so 8 tokens per
+    frame after the pixel shuffle, 40 for the 5 frames; and each embeds as it does alone."""
+    model = make_model(video_target_num_patches=36, video_maintain_aspect_ratio=True)
+    tall, wide = video_clip(3, 96, 48, 50), video_clip(2, 48, 96, 51)
+    request = Request("First <video>, then <video>.", videos=[tall, wide])
+    result = model.run_request(request)
+    _items_and_rows_agree(request, result, model.spec.hidden_size)
+    context = shared_tokenizer().convert_tokens_to_ids(IMG_CONTEXT)
+    frame_tokens = result.prompt_token_ids.count(context)
+    assert frame_tokens == 40, f"{frame_tokens} frame tokens for 5 frames of 8 tokens (40)"
+    for index, video in enumerate((tall, wide)):
+        single = model.run_request(Request("<video>", videos=[video]))
+        _, embedding = result.item("video", index)
+        alone = single.embeddings[0]
+        assert embedding.shape == alone.shape, (
+            f"video[{index}]: {tuple(embedding.shape)} in the request, {tuple(alone.shape)} alone"
+        )
+        error, bound = relative_error(embedding, alone), rounding_ceiling(embedding.dtype)
+        assert error <= bound, (
+            f"video[{index}] embeds differently in the request: relative error {error:.3g} "
+            f"against the video alone, bound {bound:.3g} for {embedding.dtype}"
+        )
 
 
 @pytest.mark.self_consistency("requests under 32 threads against the same requests one at a time")

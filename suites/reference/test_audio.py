@@ -201,3 +201,46 @@ def _wrapper(tower: ParakeetAudioTower) -> NanoNemotronVLModel:
         tokenizer=shared_tokenizer(),
         sound_encoder=tower,
     ).eval()
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"hidden_act": "swishy"}, r"'hidden_act': expected one of \[.*'silu'"),
+        ({"subsampling_conv_stride": 0}, r"'subsampling_conv_stride': expected a positive int"),
+        # 16 bins, kernel 5, stride 3 twice: the convolutions leave 2 bins, transformers'
+        # encoder sizes its linear layer for 16 // 9 = 1.
+        (
+            {
+                "subsampling_factor": 4,
+                "subsampling_conv_kernel_size": 5,
+                "subsampling_conv_stride": 3,
+            },
+            r"'subsampling_conv_stride': expected a stride whose 2 convolutions .* 2 left, 1 "
+            r"expected\), got 3",
+        ),
+    ],
+)
+def test_an_encoder_transformers_cannot_build_is_refused_naming_the_field(changes, message):
+    import dataclasses
+
+    with pytest.raises(ConfigError, match=message):
+        dataclasses.replace(TINY, **changes)
+
+
+def test_the_encoder_takes_the_checkpoint_s_activation():
+    """sound_config.hidden_act reaches transformers' encoder: its feed-forwards and convolution
+    modules compute with it (both published checkpoints: silu)."""
+    import dataclasses
+
+    torch.manual_seed(0)
+    silu = ParakeetAudioTower(TINY).eval()
+    gelu = ParakeetAudioTower(dataclasses.replace(TINY, hidden_act="gelu")).eval()
+    gelu.load_state_dict(silu.state_dict())
+    features, mask, _ = extract_features(waves(SECOND), TINY)
+    with torch.no_grad():
+        a, b = silu(features, mask), gelu(features, mask)
+    assert a.shape == b.shape
+    assert (a - b).abs().max() > 1e-4, "the activation changed no row"
+    activations = {type(m).__name__ for m in gelu.encoder.modules()}
+    assert "GELUActivation" in activations and "SiLUActivation" not in activations, activations

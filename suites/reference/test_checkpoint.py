@@ -71,6 +71,48 @@ def test_config_json_names_a_bad_field():
         vl_config_from_hf_dict({"vision_config": {}})
 
 
+def test_the_vision_epsilons_and_video_target_round_trip_to_their_own_fields():
+    """vision_config.layer_norm_eps is the vision_final_layernorm's epsilon (vLLM reads it for
+    that norm only); RADIO's blocks take theirs from timm's args (1e-6 when unnamed); a video
+    patch target and the aspect switch stay in vision_config."""
+    config = small(video_target_num_patches=36, video_maintain_aspect_ratio=True)
+    assert config.vision_config is not None
+    vision = dataclasses.replace(config.vision_config, layer_norm_eps=1e-5, final_layernorm_eps=0.5)
+    data = json.loads(
+        json.dumps(vl_config_to_hf_dict(dataclasses.replace(config, vision_config=vision)))
+    )
+    assert data["vision_config"]["layer_norm_eps"] == 0.5
+    assert data["vision_config"]["args"]["layer_norm_eps"] == 1e-5
+    assert data["vision_config"]["video_target_num_patches"] == 36
+    assert data["vision_config"]["video_maintain_aspect_ratio"] is True
+    back = vl_config_from_hf_dict(data)
+    assert back.vision_config is not None
+    assert (back.vision_config.layer_norm_eps, back.vision_config.final_layernorm_eps) == (
+        1e-5,
+        0.5,
+    )
+    assert (back.video_target_num_patches, back.video_maintain_aspect_ratio) == (36, True)
+    default = vl_config_to_hf_dict(small())
+    assert "layer_norm_eps" not in default["vision_config"]["args"]  # timm's default, unwritten
+    assert "video_target_num_patches" not in default["vision_config"]
+
+
+def test_a_video_target_in_pixels_is_its_square_grid_of_patches():
+    """video_target_img_size: ceil(side / patch)^2 patches; with video_target_num_patches too,
+    refused naming both (vLLM raises a ValueError for the same)."""
+    data = vl_config_to_hf_dict(small())
+    patch = data["vision_config"]["patch_size"]
+    data["vision_config"]["video_target_img_size"] = 5 * patch - 1
+    assert vl_config_from_hf_dict(data).video_target_num_patches == 25
+    data["vision_config"]["video_target_num_patches"] = 36
+    with pytest.raises(ConfigError, match="video_target_num_patches / video_target_img_size"):
+        vl_config_from_hf_dict(data)
+    del data["vision_config"]["video_target_img_size"]
+    data["vision_config"]["video_target_num_patches"] = 0
+    with pytest.raises(ConfigError, match=r"video_target_num_patches': expected a positive int"):
+        vl_config_from_hf_dict(data)
+
+
 def test_a_tower_not_of_its_model_names_size_has_no_checkpoint_form():
     config = presets.tiny_vl_config(presets.nemotron_3_nano_omni(), VOCAB_SIZE)  # a 32-wide RADIO
     with pytest.raises(ConfigError, match="vision_config"):

@@ -73,6 +73,19 @@ def test_video_frames_indices_must_cover_every_frame():
         video.validate(patch_size=8, shuffle_factor=2)
 
 
+def test_videos_of_two_frame_sizes_come_one_tensor_each():
+    """Videos resized keeping their aspect ratios: one [f, 3, H, W] tensor per video, each as
+    many frames as its count."""
+    tall, wide = torch.zeros(2, 3, 32, 16), torch.zeros(1, 3, 16, 32)
+    VideoPixelInputs([tall, wide], [2, 1], [0, 1, 0], [500, 500]).validate(8, 2)
+    with pytest.raises(
+        InputValidationError, match=r"pixel_values_flat_video\[1\]\.shape\[0\]: expected "
+    ):
+        VideoPixelInputs([tall, wide], [2, 2], [0, 1, 0, 1], [500, 500]).validate(8, 2)
+    with pytest.raises(InputValidationError, match=r"frames_indices: expected v=3"):
+        VideoPixelInputs([tall, wide], [2, 1], [0, 1], [500, 500]).validate(8, 2)
+
+
 def test_audio_mask_must_match_features():
     audio = AudioFeatureInputs(torch.zeros(2, 10, 8), torch.ones(2, 9, dtype=torch.bool), [2])
     with pytest.raises(
