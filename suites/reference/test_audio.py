@@ -243,4 +243,5 @@ def test_the_encoder_takes_the_checkpoint_s_activation():
     assert a.shape == b.shape
     assert (a - b).abs().max() > 1e-4, "the activation changed no row"
     activations = {type(m).__name__ for m in gelu.encoder.modules()}
-    assert "GELUActivation" in activations and "SiLUActivation" not in activations, activations
+    assert "GELUActivation" in activations, activations
+    assert "SiLUActivation" not in activations, activations
