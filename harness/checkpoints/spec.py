@@ -62,6 +62,10 @@ OTHER_TEXT_SIZES: dict[str, int | bool] = {
     "intermediate_size": 96,
     "moe_intermediate_size": 24,
     "moe_shared_expert_intermediate_size": 40,
+    # Two shared experts in one MLP twice as wide, and routed experts in a 24-wide latent space
+    # (both published checkpoints: one, and none; read only by MoE layers, built on CUDA).
+    "n_shared_experts": 2,
+    "moe_latent_size": 24,
     "use_bias": True,
     "use_conv_bias": False,
     "mlp_bias": True,
