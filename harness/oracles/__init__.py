@@ -9,7 +9,9 @@
 - ``bounds``: the parity bounds derived per path, dtype and statistic from measured error (the
   calibration table);
 - ``rows``: a target's run of a request against the reference's, item by item, judged by them;
-- ``features``: what a processor hands each tower against the reference's, item by item.
+- ``features``: what a processor hands each tower against the reference's, item by item;
+- ``cache``: the reference as the oracle of a run, its answers about requests kept on disk for
+  later runs (keyed by its code, the variant, the serving options and the request).
 
 May import: ``targets`` (vLLM's CPU runtime), ``inputs``, ``checkpoints``.
 """

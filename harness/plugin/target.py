@@ -212,9 +212,9 @@ def reference_runs(target: Target) -> RequestRuns:
     reference with itself, so it does not run there."""
     if target.name == "reference":
         pytest.skip("the reference is the oracle of the parity checks")
-    from harness.targets.reference.target import ReferenceTarget
+    from harness.oracles.cache import oracle_target
 
-    return RequestRuns(ReferenceTarget(), torch.device("cpu"))
+    return RequestRuns(oracle_target(target.name), torch.device("cpu"))
 
 
 def runs_on(item: pytest.Item) -> str | None:

@@ -35,9 +35,9 @@ MEDIA_FORMS = [
 def reference_target(target):
     if target.name == "reference":
         pytest.skip("the reference is the oracle of the feature checks")
-    from harness.targets.reference.target import ReferenceTarget
+    from harness.oracles.cache import oracle_target
 
-    return ReferenceTarget()
+    return oracle_target(target.name)
 
 
 @pytest.mark.parametrize("form", MEDIA_FORMS)

@@ -22,8 +22,6 @@ self-consistency check: the option must change nothing else).
 
 from __future__ import annotations
 
-import functools
-
 import pytest
 import torch
 
@@ -33,18 +31,13 @@ from harness.inputs.catalogue import FORMS_BY_NAME
 from harness.inputs.media import video_file
 from harness.inputs.requests import Request
 from harness.oracles.assertions import assert_refusal, refused_naming
-from harness.targets.reference.target import ReferenceTarget
+from harness.oracles.cache import oracle_target
 from reference_impl.tiling import num_static_tiles
 from reference_impl.tokenizer import IMG_CONTEXT, shared_tokenizer
 
 pytestmark = pytest.mark.concern("requests")
 
 EMBEDS_OFF = ServingConfig(enable_mm_embeds=False)
-
-
-@functools.cache
-def reference_target() -> ReferenceTarget:
-    return ReferenceTarget()
 
 
 def assert_no_tower_ran(model) -> None:
@@ -177,7 +170,7 @@ def test_video_files_are_loaded_with_the_frames_asked_for(
         f"{num_frames} frames x {rows_per_frame}"
     )
     if target.name != "reference":  # the reference, loading with the same option, is the oracle
-        expected = reference_target().model(spec, torch.device("cpu"), serving)
+        expected = oracle_target(target.name).model(spec, torch.device("cpu"), serving)
         assert result.prompt_token_ids == expected.process_request(request).prompt_token_ids, (
             "the prompt (frame separators and timestamps) differs from the reference's"
         )

@@ -40,7 +40,7 @@ from harness.targets.base import (
     lora_attributes,
     sha256_of,
 )
-from harness.targets.reference.model import ReferenceModel
+from harness.targets.reference.model import Answers, ReferenceModel
 from reference_impl import metadata as config_metadata
 from reference_impl import processor, tiling
 from reference_impl.audio import audio_token_count
@@ -216,8 +216,11 @@ class ReferenceTarget(Target):
     def runs_on(self, concern: str) -> str:
         return RUNS_ON_BY_CONCERN.get(concern, FUNCTIONS)
 
-    def __init__(self) -> None:
+    def __init__(self, answers: Answers | None = None) -> None:
+        """``answers``: where its models keep their answers about requests, when the reference
+        is another target's oracle (None: computed every time)."""
         super().__init__()
+        self.answers = answers
         self._fresh: dict[ModelSpec, NanoNemotronVLForConditionalGeneration] = {}
 
     def build_model(
@@ -229,18 +232,24 @@ class ReferenceTarget(Target):
         the request-level options (embeddings accepted, per-prompt limits, the context, the
         video loader's frames) in its request path (:mod:`.requests`). It has no caches to
         size and no tensor parallelism: checks of those raise :class:`NotImplementedByTarget`."""
+        dtype = serving.torch_dtype() or torch.float32
+
+        def load() -> NanoNemotronVLForConditionalGeneration:
+            return load_folder(
+                folder,
+                shared_tokenizer(),
+                dtype=dtype,
+                max_num_tiles=spec.max_num_tiles,
+                video_pruning_rate=spec.video_pruning_rate,
+                processor_options=serving.processor_kwargs(),
+                max_model_len=serving.max_model_len,
+            ).to(device)
+
         start = time.perf_counter()
-        loaded = load_folder(
-            folder,
-            shared_tokenizer(),
-            dtype=serving.torch_dtype() or torch.float32,
-            max_num_tiles=spec.max_num_tiles,
-            video_pruning_rate=spec.video_pruning_rate,
-            processor_options=serving.processor_kwargs(),
-            max_model_len=serving.max_model_len,
-        ).to(device)
+        # As an oracle with kept answers, loaded on the first question not answered there.
+        model = ReferenceModel(load, spec, serving, device, dtype, self.answers)
         built = round(time.perf_counter() - start, 3)
-        return ReferenceModel(loaded, spec, serving), {"build_and_load_s": built}
+        return model, {"build_and_load_s": built}
 
     def fresh_model(self, spec: ModelSpec, text_only: bool) -> FreshModel:
         if spec not in self._fresh:
