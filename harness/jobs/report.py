@@ -201,6 +201,7 @@ def build_report(runs: Sequence[TargetRun], command: str = "") -> Report:
                 "stale_deviations": run.results["stale_deviations"] if run.results else [],
                 "build_timings": run.results["build_timings"] if run.results else {},
                 "phases": (run.results.get("phases") if run.results else None),
+                "oracle_answers": (run.results.get("oracle_answers") if run.results else None),
                 "runs_on": _runs_on_counts(run),
                 "by_serving": _by_serving(run),
                 "deviations_by_reach": _deviations_by_reach(run),
@@ -528,6 +529,16 @@ def _phase_section(targets: list[dict[str, Any]], report_s: float | None) -> lis
         phases = [f"{t['phases'].get(phase, 0.0):.1f}" for phase in _PHASE_HEADS]
         wall = "" if t.get("wall_s") is None else f"{t['wall_s']:.1f}"
         lines.append(f"| `{t['selector']}` | " + " | ".join(phases) + f" | {wall} |")
+    for t in timed:
+        answers = t.get("oracle_answers") or {}
+        if any(answers.values()):
+            lines += [
+                "",
+                f"The oracle's answers for `{t['selector']}` (the reference, on the parity "
+                f"checks' requests): {answers.get('hits', 0)} read from its cache, "
+                f"{answers.get('misses', 0)} computed and kept, {answers.get('uncached', 0)} "
+                "computed and not kept (harness/oracles/cache.py).",
+            ]
     if report_s is not None:
         lines += ["", f"Reading the results into this report: {report_s:.2f} s."]
     return lines

@@ -76,11 +76,14 @@ class TargetResults(TypedDict):
     #: seconds per phase of the target's processes, summed over restarts and check groups
     #: (:data:`PHASES`)
     phases: NotRequired[dict[str, float]]
+    #: the oracle's answers about requests (harness.oracles.cache.ANSWERED): read from its
+    #: cache, computed and kept, computed and not kept; summed like the phases
+    oracle_answers: NotRequired[dict[str, int]]
 
 
 #: Fields of :class:`TargetResults` a results file may lack (the postponed annotations hide
 #: ``NotRequired`` from ``__required_keys__``).
-OPTIONAL_RESULTS_FIELDS = frozenset({"phases"})
+OPTIONAL_RESULTS_FIELDS = frozenset({"phases", "oracle_answers"})
 #: The phases of a target's pytest processes, in order: the interpreter and pytest starting (from
 #: the supervisor's start of the process, :data:`STARTED_AT_ENV`), collecting the checks,
 #: importing the implementation, building the models, and the checks themselves (the rest).
@@ -246,4 +249,16 @@ def merge_groups(parts: list[TargetResults]) -> TargetResults:
         merged["phases"] = {
             phase: round(sum(p.get(phase, 0.0) for p in phases), 2) for phase in PHASES
         }
+    answers = [part["oracle_answers"] for part in parts if "oracle_answers" in part]
+    if answers:
+        merged["oracle_answers"] = add_counts(*answers)
     return merged
+
+
+def add_counts(*counts: dict[str, int]) -> dict[str, int]:
+    """Counts by name, summed."""
+    total: dict[str, int] = {}
+    for count in counts:
+        for name, n in count.items():
+            total[name] = total.get(name, 0) + n
+    return total

@@ -132,10 +132,19 @@ def _parts(value: object) -> Iterable[bytes]:
         raise Undescribed(f"request_digest: no description of a {kind}")
 
 
+#: What the oracle caches of this process answered: answers read (``hits``), computed and kept
+#: (``misses``), computed and not kept (``uncached``: a request the digest cannot describe).
+ANSWERED: dict[str, int] = {"hits": 0, "misses": 0, "uncached": 0}
+
+
+def answered() -> dict[str, int]:
+    """:data:`ANSWERED`, a copy (the results file's ``oracle_answers``)."""
+    return dict(ANSWERED)
+
+
 class OracleCache:
-    """Answers of the reference kept under ``folder``; :attr:`counts` has this process's
-    lookups: answers read (``hits``), computed and kept (``misses``), computed and not kept
-    (``uncached``: a request the digest cannot describe)."""
+    """Answers of the reference kept under ``folder``; :attr:`counts` has this cache's lookups
+    (:data:`ANSWERED` every cache's of the process)."""
 
     def __init__(self, folder: Path) -> None:
         self.folder = folder
@@ -157,7 +166,7 @@ class OracleCache:
         try:
             key = request_digest((question, oracle_fingerprint(), audio_decode_cap_s(), *inputs))
         except Undescribed:
-            self.counts["uncached"] += 1
+            self._count("uncached")
             return compute()
         path = self._current() / key[:2] / f"{key}.pt"
         if path.is_file():
@@ -166,12 +175,16 @@ class OracleCache:
             except Exception:  # a torn or foreign file: computed again, and replaced
                 pass
             else:
-                self.counts["hits"] += 1
+                self._count("hits")
                 return value
-        self.counts["misses"] += 1
+        self._count("misses")
         value = compute()
         self._keep(path, value)
         return value
+
+    def _count(self, outcome: str) -> None:
+        self.counts[outcome] += 1
+        ANSWERED[outcome] += 1
 
     def _current(self) -> Path:
         """This code's folder: one per fingerprint, so that answers of older code go at once."""

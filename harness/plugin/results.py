@@ -27,11 +27,13 @@ from harness.jobs.results import (
     ResultsError,
     StoppedCheck,
     TargetResults,
+    add_counts,
     read_results,
     read_stopped_checks,
     replace_text,
     write_results,
 )
+from harness.oracles.cache import answered
 from harness.plugin.deviations import is_check, stale_deviations
 from harness.plugin.groups import keep_group
 from harness.plugin.target import STOPPED_KEY, current_target, runs_on
@@ -160,6 +162,7 @@ class ResultsRecorder:
         self.collection_started: float | None = None
         self.collection_finished: float | None = None
         self.earlier_phases: dict[str, float] = {}
+        self.earlier_answers: dict[str, int] = {}
         if config.getoption("--resume") and self.path.is_file():
             try:
                 earlier = read_results(self.path)
@@ -168,6 +171,7 @@ class ResultsRecorder:
             self.results = {check["id"]: check for check in earlier["checks"]}
             self.build_timings = dict(earlier["build_timings"])
             self.earlier_phases = dict(earlier.get("phases") or {})
+            self.earlier_answers = dict(earlier.get("oracle_answers") or {})
         self.stopped: dict[str, StoppedCheck] = {}
         if config.getoption("--stopped-checks"):
             try:
@@ -314,5 +318,6 @@ class ResultsRecorder:
             stale_deviations=stale_deviations(self.config) if self.check_ids else [],
             build_timings=self.build_timings | dict(target.timings),
             phases=self.phases(dict(target.timings)),
+            oracle_answers=add_counts(self.earlier_answers, answered()),
         )
         write_results(self.path, payload)

@@ -58,6 +58,7 @@ def results(checks: list[tuple[str, str]], stale: list[str], status: int) -> Tar
         stale_deviations=stale,
         build_timings={"v2": {"load": 1.0}},
         phases={"start_up_s": 1.0, "collection_s": 0.5, "checks_s": 2.0},
+        oracle_answers={"hits": 3, "misses": 1, "uncached": 0},
     )
 
 
@@ -72,6 +73,7 @@ def test_groups_merge_into_one_targets_results():
     # Only an entry stale in every group that ran checks is stale.
     assert merged["stale_deviations"] == ["m9::y"]
     assert merged["phases"]["checks_s"] == 6.0
+    assert merged["oracle_answers"] == {"hits": 9, "misses": 3, "uncached": 0}
     with pytest.raises(ValueError, match="at least one group"):
         merge_groups([])
 

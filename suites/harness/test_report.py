@@ -82,6 +82,19 @@ def test_all_pass_or_known_deviation_is_exit_0():
     assert "`vllm`: `f.py` sha256" in md
 
 
+def test_the_report_counts_the_oracle_s_answers():
+    with_answers = results("vllm", (A, "pass", ""))
+    with_answers["phases"] = dict.fromkeys(
+        ("start_up_s", "collection_s", "import_s", "builds_s", "checks_s"), 1.0
+    )
+    with_answers["oracle_answers"] = {"hits": 40, "misses": 2, "uncached": 1}
+    md = render_markdown(report_of([TargetRun("vllm", 0, with_answers)]))
+    assert (
+        "The oracle's answers for `vllm` (the reference, on the parity checks' requests): 40 "
+        "read from its cache, 2 computed and kept, 1 computed and not kept"
+    ) in md
+
+
 def test_a_failed_check_is_exit_1():
     runs = [TargetRun("vllm", 1, results("vllm", (A, "fail", "boom"), (B, "xpass", "fixed")))]
     report = report_of(runs)
