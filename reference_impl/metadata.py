@@ -11,6 +11,7 @@ thread shares, vLLM PR #38655).
 from __future__ import annotations
 
 from reference_impl.config import VLConfig
+from reference_impl.tiling import video_frame_size
 
 
 def supports_video(config: VLConfig) -> bool:
@@ -81,11 +82,23 @@ def max_tokens_per_item(config: VLConfig, seq_len: int, counts: dict[str, int]) 
 def profiling_video_frames(config: VLConfig, seq_len: int, counts: dict[str, int]) -> int:
     """Frames per video of the dummy request an engine profiles memory with: the sequence less
     the images' most tokens (:func:`max_tokens_per_item`, static tiles), shared equally among
-    the videos in whole tubelets of ``T`` frames, each tubelet one tile's tokens; at least one.
+    the videos in whole tubelets of ``T`` frames, each tubelet the tokens of one square frame
+    a tile wide (:func:`~reference_impl.tiling.video_frame_size`: a tile's tokens, or a patch
+    target's); at least one.
     """
     images = counts.get("image", 0)
     image_tokens = (
         images * max_tokens_per_item(config, seq_len, {"image": 1})["image"] if images else 0
     )
-    tubelets = (seq_len - image_tokens) // config.num_image_token // max(counts.get("video", 0), 1)
+    side = config.force_image_size
+    _, _, per_tubelet = video_frame_size(
+        side,
+        side,
+        side,
+        config.patch_size,
+        config.downsample_ratio,
+        config.video_target_num_patches,
+        config.video_maintain_aspect_ratio,
+    )
+    tubelets = (seq_len - image_tokens) // per_tubelet // max(counts.get("video", 0), 1)
     return max(tubelets * config.video_temporal_patch_size, 1)

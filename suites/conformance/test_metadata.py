@@ -28,7 +28,13 @@ pytestmark = pytest.mark.concern("metadata")
 SEQ_LEN = 4096
 STATIC = ModelSpec()
 DYNAMIC_NO_AUDIO = ModelSpec(dynamic_resolution=True, audio=False)
-SPECS = {"static-audio": STATIC, "dynamic-no-audio": DYNAMIC_NO_AUDIO}
+# Video frames resized to about 36 patches: a profiling tubelet is a 6 x 6 grid's 9 tokens.
+VIDEO_TARGET = ModelSpec(video_target_num_patches=36, video_maintain_aspect_ratio=True)
+SPECS = {
+    "static-audio": STATIC,
+    "dynamic-no-audio": DYNAMIC_NO_AUDIO,
+    "video-target-patches": VIDEO_TARGET,
+}
 ROUTED = {
     "image": ("pixel_values_flat", "image_num_patches", "image_embeds"),
     "video": (
@@ -125,7 +131,14 @@ def test_max_tokens_per_item_answers_only_the_modalities_asked(target, spec, ask
     assert set(answer) == wanted, f"asked with counts {counts}, answered for {sorted(answer)}"
 
 
-PROFILED = {"t1": ModelSpec(), "t2": ModelSpec(video_temporal_patch_size=2)}
+#: Variants and the tokens of one tubelet of their profiling video (square frames a tile wide,
+#: 64 px): a tile's 4 x 4 patches, 2 x 2 tokens; with a target of 36 patches, the frame's aspect
+#: 1 gives 6 x 6 patches, 3 x 3 tokens.
+PROFILED = {
+    "t1": (ModelSpec(), 4),
+    "t2": (ModelSpec(video_temporal_patch_size=2), 4),
+    "video-target-patches": (VIDEO_TARGET, 9),
+}
 COUNTS = {
     "one-video": {"video": 1},
     "image-video": {"image": 1, "video": 1},
@@ -134,21 +147,21 @@ COUNTS = {
 
 
 @pytest.mark.parametrize("counts", COUNTS.values(), ids=COUNTS.keys())
-@pytest.mark.parametrize("spec", PROFILED.values(), ids=PROFILED.keys())
-def test_the_profiling_videos_take_what_the_images_leave(target, spec, counts):
+@pytest.mark.parametrize(("spec", "per_tubelet"), PROFILED.values(), ids=PROFILED.keys())
+def test_the_profiling_videos_take_what_the_images_leave(target, spec, per_tubelet, counts):
     """The engine profiles memory with a dummy request at the context's limit (vLLM PR #38727's
     class: a budget that disagrees with what the processor produces): each image at its most
     tokens ((max_num_tiles + thumbnail) x tokens per tile), the rest of the context shared
-    equally among the videos in whole tubelets of T frames, one tile's tokens per tubelet, at
+    equally among the videos in whole tubelets of T frames, each a square frame's tokens, at
     least one frame. A modality missing from the counts counts 0."""
     config = spec.vl_config()
     tiles = config.max_num_tiles + (1 if config.use_thumbnail else 0)
     image_tokens = counts.get("image", 0) * tiles * spec.tokens_per_tile
-    tubelets = (SEQ_LEN - image_tokens) // spec.tokens_per_tile // counts["video"]
+    tubelets = (SEQ_LEN - image_tokens) // per_tubelet // counts["video"]
     expected = max(tubelets * spec.video_temporal_patch_size, 1)
     frames = target.metadata(spec, build_tokenizer()).profiling_video_frames(SEQ_LEN, counts)
     assert frames == expected, (
         f"{counts} in {SEQ_LEN} tokens: expected {expected} frames per video "
-        f"({image_tokens} image tokens, {spec.tokens_per_tile} per tubelet of "
+        f"({image_tokens} image tokens, {per_tubelet} per tubelet of "
         f"{spec.video_temporal_patch_size}), got {frames}"
     )

@@ -241,17 +241,19 @@ def test_a_very_thin_image_is_processed(make_model):
 def test_videos_of_two_aspect_ratios_embed_as_they_do_alone(make_model):
     """A checkpoint that resizes video frames to about 36 patches keeping their aspect ratio
     (``video_target_num_patches``, ``video_maintain_aspect_ratio``), sent a portrait and a
-    landscape video in one request: each becomes its own grid, 8 x 4 and 4 x 8 patches (the
-    side ratio's square roots of 36 rounded, then to even sides that fit), so 8 tokens per
-    frame after the pixel shuffle, 40 for the 5 frames; and each embeds as it does alone."""
+    landscape video in one request. Each side is the square root of 36 times the aspect (or over
+    it) rounded, then made even: 96 x 48 px gives 8 x 4 patches (even already, 32 <= 36), 48 x 64
+    px gives 5 x 7, whose rounding up (6 x 8 = 48) exceeds 36, so down: 4 x 6. After the 2 x 2
+    shuffle, 8 and 6 tokens per frame: 3 x 8 + 2 x 6 = 36 frame tokens. Each video embeds as it
+    does alone."""
     model = make_model(video_target_num_patches=36, video_maintain_aspect_ratio=True)
-    tall, wide = video_clip(3, 96, 48, 50), video_clip(2, 48, 96, 51)
+    tall, wide = video_clip(3, 96, 48, 50), video_clip(2, 48, 64, 51)
     request = Request("First <video>, then <video>.", videos=[tall, wide])
     result = model.run_request(request)
     _items_and_rows_agree(request, result, model.spec.hidden_size)
     context = shared_tokenizer().convert_tokens_to_ids(IMG_CONTEXT)
     frame_tokens = result.prompt_token_ids.count(context)
-    assert frame_tokens == 40, f"{frame_tokens} frame tokens for 5 frames of 8 tokens (40)"
+    assert frame_tokens == 36, f"{frame_tokens} frame tokens, expected 3 x 8 + 2 x 6 = 36"
     for index, video in enumerate((tall, wide)):
         single = model.run_request(Request("<video>", videos=[video]))
         _, embedding = result.item("video", index)
