@@ -96,8 +96,12 @@ def video_file(
     fps = 2
     frames = _rng(seed).integers(0, 256, (num_frames, height, width, 3), dtype=np.uint8)
     buffer = io.BytesIO()
-    with av.open(buffer, "w", format="matroska") as container:
-        video = container.add_stream("mpeg4", rate=fps)
+    # Bit-exact: no random segment id, date or encoder tag, so a file is the same bytes in
+    # every run (the oracle's cache keys requests by their content).
+    with av.open(
+        buffer, "w", format="matroska", container_options={"fflags": "+bitexact"}
+    ) as container:
+        video = container.add_stream("mpeg4", rate=fps, options={"flags": "+bitexact"})
         video.width, video.height, video.pix_fmt = width, height, "yuv420p"
         audio = None
         if audio_seconds is not None:
