@@ -72,20 +72,19 @@ class AudioConfig:
             raise ConfigError(
                 "subsampling_conv_stride", "a positive int", self.subsampling_conv_stride
             )
-        # transformers' encoder sizes its linear layer for mel bins // stride**layers; the
-        # convolutions must leave that many bins, or its first forward fails on the shapes.
+        # transformers' encoder sizes its linear layer for mel bins // stride**layers; its
+        # strided convolutions (the same arithmetic over the mel axis as over time) must leave
+        # that many bins, or its first forward fails on the shapes.
         layers = self.subsampling_factor.bit_length() - 1  # log2: one strided conv per halving
-        k, stride = self.subsampling_conv_kernel_size, self.subsampling_conv_stride
-        bins = self.num_mel_bins
-        for _ in range(layers):
-            bins = (bins + 2 * ((k - 1) // 2) - k) // stride + 1
+        stride = self.subsampling_conv_stride
+        bins = subsampled_length(self.num_mel_bins, self)
         sized_for = self.num_mel_bins // stride**layers
         if bins != sized_for or bins < 1:
             raise ConfigError(
                 "subsampling_conv_stride",
                 f"a stride whose {layers} convolutions leave num_mel_bins // stride**{layers} "
-                f"mel bins (num_mel_bins={self.num_mel_bins}, kernel {k}; {bins} left, "
-                f"{sized_for} expected)",
+                f"mel bins (num_mel_bins={self.num_mel_bins}, kernel "
+                f"{self.subsampling_conv_kernel_size}; {bins} left, {sized_for} expected)",
                 stride,
             )
 

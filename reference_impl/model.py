@@ -204,9 +204,9 @@ class NanoNemotronVLModel(nn.Module):
             # One [f_i, 3, H_i, W_i] tensor per video: the frames concatenated when they share
             # a size, kept per video when not (each video resized keeping its aspect ratio).
             frames = _image_list("pixel_values_flat_video", pixels)
-            sizes = {tuple(f.shape[1:]) for f in frames}
             if all(f.ndim == 4 for f in frames):
-                pixels = torch.cat(frames) if len(sizes) == 1 else frames
+                one_size = len({tuple(f.shape[1:]) for f in frames}) == 1
+                pixels = torch.cat(frames) if one_size else frames
         elif isinstance(pixels, torch.Tensor) and pixels.ndim == 5:
             pixels = pixels.flatten(0, 1)  # [n, f, 3, H, W] -> [n*f, 3, H, W]
         video = VideoPixelInputs(

@@ -143,12 +143,10 @@ def answered() -> dict[str, int]:
 
 
 class OracleCache:
-    """Answers of the reference kept under ``folder``; :attr:`counts` has this cache's lookups
-    (:data:`ANSWERED` every cache's of the process)."""
+    """Answers of the reference kept under ``folder``, each lookup counted in :data:`ANSWERED`."""
 
     def __init__(self, folder: Path) -> None:
         self.folder = folder
-        self.counts = {"hits": 0, "misses": 0, "uncached": 0}
         self._pruned = False
 
     @staticmethod
@@ -166,7 +164,7 @@ class OracleCache:
         try:
             key = request_digest((question, oracle_fingerprint(), audio_decode_cap_s(), *inputs))
         except Undescribed:
-            self._count("uncached")
+            ANSWERED["uncached"] += 1
             return compute()
         path = self._current() / key[:2] / f"{key}.pt"
         if path.is_file():
@@ -175,16 +173,12 @@ class OracleCache:
             except Exception:  # a torn or foreign file: computed again, and replaced
                 pass
             else:
-                self._count("hits")
+                ANSWERED["hits"] += 1
                 return value
-        self._count("misses")
+        ANSWERED["misses"] += 1
         value = compute()
         self._keep(path, value)
         return value
-
-    def _count(self, outcome: str) -> None:
-        self.counts[outcome] += 1
-        ANSWERED[outcome] += 1
 
     def _current(self) -> Path:
         """This code's folder: one per fingerprint, so that answers of older code go at once."""

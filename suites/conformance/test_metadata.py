@@ -21,6 +21,7 @@ from __future__ import annotations
 import pytest
 
 from harness.checkpoints.spec import ModelSpec
+from harness.inputs.catalogue import VIDEO_ASPECT
 from reference_impl.tokenizer import build_tokenizer
 
 pytestmark = pytest.mark.concern("metadata")
@@ -28,12 +29,10 @@ pytestmark = pytest.mark.concern("metadata")
 SEQ_LEN = 4096
 STATIC = ModelSpec()
 DYNAMIC_NO_AUDIO = ModelSpec(dynamic_resolution=True, audio=False)
-# Video frames resized to about 36 patches: a profiling tubelet is a 6 x 6 grid's 9 tokens.
-VIDEO_TARGET = ModelSpec(video_target_num_patches=36, video_maintain_aspect_ratio=True)
 SPECS = {
     "static-audio": STATIC,
     "dynamic-no-audio": DYNAMIC_NO_AUDIO,
-    "video-target-patches": VIDEO_TARGET,
+    "video-target-patches": VIDEO_ASPECT,
 }
 ROUTED = {
     "image": ("pixel_values_flat", "image_num_patches", "image_embeds"),
@@ -137,7 +136,7 @@ def test_max_tokens_per_item_answers_only_the_modalities_asked(target, spec, ask
 PROFILED = {
     "t1": (ModelSpec(), 4),
     "t2": (ModelSpec(video_temporal_patch_size=2), 4),
-    "video-target-patches": (VIDEO_TARGET, 9),
+    "video-target-patches": (VIDEO_ASPECT, 9),
 }
 COUNTS = {
     "one-video": {"video": 1},

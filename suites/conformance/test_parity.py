@@ -36,6 +36,8 @@ Each check records what it measured (``measured`` in the results), failing or no
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 from hypothesis import given
@@ -45,7 +47,12 @@ from harness.checkpoints.spec import ModelSpec
 from harness.inputs.catalogue import FORMS_BY_NAME, REQUEST_FORMS
 from harness.inputs.drawn import CONNECTOR_GRID, connector_features
 from harness.inputs.requests import AUDIO_SAMPLE_RATE, Request, RequestResult, audio_with_rate
-from harness.inputs.strategies import audio_requests, image_requests, video_requests
+from harness.inputs.strategies import (
+    REQUEST_BOUNDS,
+    audio_requests,
+    image_requests,
+    video_requests,
+)
 from harness.jobs.deviations import Deviation, explained_by
 from harness.oracles.bounds import error_statistics
 from harness.oracles.features import compare_features
@@ -162,10 +169,23 @@ def test_any_image_near_a_tiling_threshold_is_tiled_as_the_reference_tiles_it(
     )
 
 
+#: Where drawn video frames go: a tile's square, or a grid of about 36 patches of the frame's
+#: own aspect ratio (one video a request there: two of different shapes are the pinned
+#: mixed-aspect finding).
+FRAME_TARGETS = {
+    "tile": ({}, REQUEST_BOUNDS),
+    "aspect-36": (
+        {"video_target_num_patches": 36, "video_maintain_aspect_ratio": True},
+        dataclasses.replace(REQUEST_BOUNDS, videos=(1, 1)),
+    ),
+}
+
+
 @REQUEST_SETTINGS
 @given(data=st.data())
+@pytest.mark.parametrize(("fields", "bounds"), FRAME_TARGETS.values(), ids=FRAME_TARGETS.keys())
 def test_any_video_is_written_into_the_prompt_as_the_reference_writes_it(
-    make_model, reference_runs, pinned_deviations, record_property, data
+    make_model, reference_runs, pinned_deviations, record_property, fields, bounds, data
 ):
     """Drawn videos (:func:`~harness.inputs.strategies.video_requests`: any frame shape, odd and
     even frame counts, source frame rates whose frame duration is no whole number of
@@ -173,11 +193,11 @@ def test_any_video_is_written_into_the_prompt_as_the_reference_writes_it(
     timestamps included, equals the reference's token for token, and each video fills the
     same positions. The reference writes each timestamp as the checkpoint's processor does
     (``suites/reference/test_video_text.py`` checks it against transformers' port of it)."""
-    model = make_model()
+    model = make_model(**fields)
     _served_as_the_reference(
         model,
         reference_runs,
-        data.draw(video_requests(model.spec)),
+        data.draw(video_requests(model.spec, bounds)),
         pinned_deviations,
         record_property,
     )
