@@ -1,7 +1,7 @@
 """The main job: run the conformance suites against each target and write one report.
 
     nemotron-vl-conformance [--target T ...] [--device cpu|cuda] [--out reports] [--jobs N]
-                            [--groups N] [-- extra pytest arguments]
+                            [--groups N] [--rerun] [-- extra pytest arguments]
 
 Without ``--target``, every available target runs: ``reference``, and ``vllm`` when vLLM is
 installed. Each target runs in its own pytest process (a ``vllm-file:`` target replaces modules
@@ -14,6 +14,10 @@ then starts with the target's name. Where there are more cores than targets, eac
 checks also spread over ``--groups N`` processes at once, each a group of whole modules (so a
 process builds each model its modules need once; :mod:`harness.plugin.groups`), their results
 merged into the target's: the same checks, the same outcomes.
+
+A target whose last clean run's inputs are all unchanged (every file its processes imported,
+the fixtures, the options and the environment; :mod:`harness.jobs.kept`) is not run again: its
+kept outcomes are the report's, and the report says so; ``--rerun`` runs every target.
 
 Each process is supervised (:mod:`harness.jobs.supervisor`): a check has a time limit
 (``--check-timeout SECONDS``), the process group a memory limit (``--memory-limit GIB``); a check
@@ -31,20 +35,30 @@ from __future__ import annotations
 import argparse
 import contextlib
 import functools
+import importlib
 import os
 import re
 import shlex
 import sys
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 from xml.etree import ElementTree
 
 from harness import ROOT
 from harness.checkpoints.cache import shared_folders
 from harness.jobs.cores import CoreShare, cores_shared
-from harness.jobs.report import TargetRun, build_report, exit_status, write_report
-from harness.jobs.results import ResultsError, merge_groups, read_results, write_results
+from harness.jobs.kept import KeptOutcomes, imports_path, options_key, read_imports
+from harness.jobs.report import TargetRun, build_report, exit_status, verdict, write_report
+from harness.jobs.results import (
+    ResultsError,
+    TargetStatus,
+    merge_groups,
+    read_results,
+    write_results,
+)
 from harness.jobs.supervisor import (
     DEFAULT_CHECK_TIMEOUT_S,
     DEFAULT_DERIVED_LIMIT_FACTOR,
@@ -141,6 +155,11 @@ def merge_junit(parts: list[Path], out: Path) -> None:
     ElementTree.ElementTree(root).write(out, encoding="utf-8", xml_declaration=True)
 
 
+def process_name(selector: str, group: tuple[int, int] | None) -> str:
+    """The name of a target's process (or of one group's) in its files' names."""
+    return slug(selector) + (f"-group-{group[0]}-of-{group[1]}" if group else "")
+
+
 def _run_group(
     selector: str,
     device: str,
@@ -154,7 +173,7 @@ def _run_group(
 ) -> TargetRun:
     """One supervised pytest process (and its restarts) for a target, or for one group of its
     checks; its cores handed to the others when it ends (``cores``)."""
-    name = slug(selector) + (f"-group-{group[0]}-of-{group[1]}" if group else "")
+    name = process_name(selector, group)
     results_path = out_dir / f"results-{name}.json"
     progress_path = out_dir / f".progress-{name}"
     results_path.unlink(missing_ok=True)
@@ -214,6 +233,54 @@ def _run_group(
     except ResultsError as e:
         return TargetRun(selector, status, None, problem=str(e), supervised=supervised)
     return TargetRun(selector, status, results, supervised=supervised)
+
+
+def reuse_kept(
+    kept: KeptOutcomes, selector: str, options: dict[str, Any], out_dir: Path
+) -> TargetRun | None:
+    """The target's kept run as this run's, its files written into ``out_dir`` as a run writes
+    them; None (and why, on the console) when it must run."""
+    found, why = kept.lookup(options)
+    if found is None:
+        if kept.folder is not None:
+            print(f"=== conformance: {selector} runs: {why} ===", flush=True)
+        return None
+    name = slug(selector)
+    write_results(out_dir / f"results-{name}.json", found.results)
+    (out_dir / f"junit-{name}.xml").write_text(found.junit)
+    print(
+        f"=== conformance: {selector}: reusing the outcomes of its run that ended at "
+        f"{found.kept_at}: "
+        "nothing they came from has changed (--rerun runs it) ===",
+        flush=True,
+    )
+    return TargetRun(
+        selector,
+        found.results["exit_status"] or 0,
+        found.results,
+        reused={"kept_at": found.kept_at, "wall_s": found.wall_s},
+    )
+
+
+def keep_clean_run(
+    kept: KeptOutcomes, options: dict[str, Any], run: TargetRun, out_dir: Path, groups: int
+) -> None:
+    """Keep a target's run for reuse if it is clean: complete, every check passed or failed as
+    a known deviation, no incident and no restart, and every process recorded its imports."""
+    if kept.folder is None or run.results is None or run.supervised is None:
+        return
+    if verdict(run).status is not TargetStatus.OK or not run.results["complete"]:
+        return
+    if run.supervised.incidents or run.supervised.restarts:
+        return
+    parts = [None] if groups == 1 else [(k, groups) for k in range(1, groups + 1)]
+    imported = read_imports(
+        imports_path(out_dir / f"results-{process_name(run.selector, part)}.json") for part in parts
+    )
+    junit = out_dir / f"junit-{slug(run.selector)}.xml"
+    if imported is None or not junit.is_file():
+        return
+    kept.keep(options, run.results, junit.read_text(), imported, run.supervised.wall_s)
 
 
 def split_pytest_args(argv: list[str] | None) -> tuple[list[str], list[str]]:
@@ -281,6 +348,11 @@ def main(argv: list[str] | None = None) -> int:
         "(default: the cores left over per target, at least 1)",
     )
     parser.add_argument(
+        "--rerun",
+        action="store_true",
+        help="run every target, even one whose kept outcomes are current (harness/jobs/kept.py)",
+    )
+    parser.add_argument(
         "--jobs",
         type=int,
         default=None,
@@ -318,8 +390,17 @@ def main(argv: list[str] | None = None) -> int:
     targets = args.targets or available_targets()
     out_dir = args.out.resolve()
     out_dir.mkdir(parents=True, exist_ok=True)
+    # The report reads the checkpoint catalogue (torch and transformers: 6 s of imports on 2
+    # cores): imported while the targets run, not after them.
+    threading.Thread(
+        target=importlib.import_module, args=("harness.checkpoints.pairs",), daemon=True
+    ).start()
+    kept = KeptOutcomes.from_environment(rerun=args.rerun)
+    options = {t: options_key(t, args.device, extra, limits) for t in targets}
+    reused = {t: r for t in targets if (r := reuse_kept(kept, t, options[t], out_dir))}
+    to_run = [t for t in targets if t not in reused]
     cores = os.cpu_count() or 1
-    jobs = args.jobs or max(1, min(len(targets), cores))
+    jobs = args.jobs or max(1, min(len(to_run), cores))
     groups = args.groups or max(1, cores // jobs)
     # Every target's processes, restarts included, read the checkpoint folders written once.
     with (
@@ -329,10 +410,12 @@ def main(argv: list[str] | None = None) -> int:
     ):
 
         def run(selector: str) -> TargetRun:
+            if selector in reused:
+                return reused[selector]
             if interrupt:
                 return TargetRun(selector, 2, None, problem="not run: the run was interrupted")
             label = selector if jobs > 1 else ""  # interleaved output says whose it is
-            return run_target(
+            done = run_target(
                 selector,
                 args.device,
                 out_dir,
@@ -343,6 +426,9 @@ def main(argv: list[str] | None = None) -> int:
                 groups,
                 cores=cores_share,
             )
+            if not interrupt:
+                keep_clean_run(kept, options[selector], done, out_dir, groups)
+            return done
 
         # The targets' processes are independent: side by side they share the cores, and the
         # results are the same as one after the other.

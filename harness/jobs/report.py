@@ -41,6 +41,8 @@ class TargetRun:
     results: TargetResults | None
     problem: str = ""  # why no usable results came back (the verdict adds what they show)
     supervised: Supervised | None = None  # what the supervisor saw (faults, restarts, memory)
+    #: a kept run's outcomes, reused (harness.jobs.kept): when it ran and its wall time
+    reused: dict[str, Any] | None = None
 
     @property
     def checks(self) -> list[CheckResult]:
@@ -200,8 +202,12 @@ def build_report(runs: Sequence[TargetRun], command: str = "") -> Report:
                 "summary": summarize(run),
                 "stale_deviations": run.results["stale_deviations"] if run.results else [],
                 "build_timings": run.results["build_timings"] if run.results else {},
-                "phases": (run.results.get("phases") if run.results else None),
-                "oracle_answers": (run.results.get("oracle_answers") if run.results else None),
+                # A reused target spent no time here: its kept run's phases are not this run's.
+                "phases": (run.results.get("phases") if run.results and not run.reused else None),
+                "oracle_answers": (
+                    run.results.get("oracle_answers") if run.results and not run.reused else None
+                ),
+                "reused": run.reused,
                 "runs_on": _runs_on_counts(run),
                 "by_serving": _by_serving(run),
                 "deviations_by_reach": _deviations_by_reach(run),
@@ -262,6 +268,17 @@ def render_markdown(report: Report) -> str:
     for t in targets:
         if t["problem"]:
             lines += ["", f"**`{t['selector']}` {t['status']}:** {t['problem']}"]
+    reused = [t for t in targets if t.get("reused")]
+    if reused:
+        lines += ["", "Not run again (`harness/jobs/kept.py`; `--rerun` runs them):", ""]
+        lines += [
+            f"- `{t['selector']}`: its outcomes are those of its run that ended at "
+            f"{t['reused']['kept_at']}"
+            + (f" ({t['reused']['wall_s']:g} s)" if t["reused"].get("wall_s") is not None else "")
+            + ", reused: every file it imported, the fixtures, its options and the environment "
+            "are unchanged since."
+            for t in reused
+        ]
     lines += _incident_section(targets)
     meanings = "; ".join(f"{what}: {meaning}" for what, meaning in RUNS_ON.items())
     lines += ["", f"What the checks run on ({meanings}):", ""]

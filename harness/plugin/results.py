@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from harness.checkpoints.serving import DEFAULT_SERVING, ServingConfig
+from harness.jobs.kept import record_imports
 from harness.jobs.results import (
     PHASES,
     SCHEMA_VERSION,
@@ -300,6 +301,8 @@ class ResultsRecorder:
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         # A process that only recorded stopped checks leaves the run as incomplete as it was.
         self.write(exit_status=int(exitstatus), complete=not self.record_only)
+        # What the outcomes came from, so that the main job can keep them (harness.jobs.kept).
+        record_imports(self.path)
 
     def write(self, *, exit_status: int | None, complete: bool) -> None:
         target = current_target(self.config)
