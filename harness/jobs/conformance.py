@@ -1,7 +1,7 @@
 """The main job: run the conformance suites against each target and write one report.
 
     nemotron-vl-conformance [--target T ...] [--device cpu|cuda] [--out reports] [--jobs N]
-                            [--groups N] [--rerun] [-- extra pytest arguments]
+                            [--groups N] [--rerun [TARGET ...]] [-- extra pytest arguments]
 
 Without ``--target``, every available target runs: ``reference``, and ``vllm`` when vLLM is
 installed. Each target runs in its own pytest process (a ``vllm-file:`` target replaces modules
@@ -17,7 +17,8 @@ merged into the target's: the same checks, the same outcomes.
 
 A target whose last clean run's inputs are all unchanged (every file its processes imported,
 the fixtures, the options and the environment; :mod:`harness.jobs.kept`) is not run again: its
-kept outcomes are the report's, and the report says so; ``--rerun`` runs every target.
+kept outcomes are the report's, and the report says so; ``--rerun`` runs every target,
+``--rerun TARGET ...`` those named.
 
 Each process is supervised (:mod:`harness.jobs.supervisor`): a check has a time limit
 (``--check-timeout SECONDS``), the process group a memory limit (``--memory-limit GIB``); a check
@@ -349,8 +350,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--rerun",
-        action="store_true",
-        help="run every target, even one whose kept outcomes are current (harness/jobs/kept.py)",
+        nargs="*",
+        default=None,
+        metavar="TARGET",
+        help="run these targets (none named: every target) even where their kept outcomes are "
+        "current (harness/jobs/kept.py)",
     )
     parser.add_argument(
         "--jobs",
@@ -388,6 +392,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"nemotron-vl-conformance: error: {message}", file=sys.stderr)
         return 2
     targets = args.targets or available_targets()
+    unknown = [t for t in args.rerun or [] if t not in targets]
+    if unknown:
+        print(
+            f"nemotron-vl-conformance: error: --rerun: expected targets of this run "
+            f"({', '.join(targets)}), got {', '.join(unknown)}",
+            file=sys.stderr,
+        )
+        return 2
     out_dir = args.out.resolve()
     out_dir.mkdir(parents=True, exist_ok=True)
     # The report reads the checkpoint catalogue (torch and transformers: 6 s of imports on 2
@@ -395,9 +407,13 @@ def main(argv: list[str] | None = None) -> int:
     threading.Thread(
         target=importlib.import_module, args=("harness.checkpoints.pairs",), daemon=True
     ).start()
-    kept = KeptOutcomes.from_environment(rerun=args.rerun)
+    kept = KeptOutcomes.from_environment(rerun=args.rerun == [])
     options = {t: options_key(t, args.device, extra, limits) for t in targets}
-    reused = {t: r for t in targets if (r := reuse_kept(kept, t, options[t], out_dir))}
+    reused = {
+        t: r
+        for t in targets
+        if t not in (args.rerun or []) and (r := reuse_kept(kept, t, options[t], out_dir))
+    }
     to_run = [t for t in targets if t not in reused]
     cores = os.cpu_count() or 1
     jobs = args.jobs or max(1, min(len(to_run), cores))

@@ -253,3 +253,12 @@ def test_the_main_job_reuses_a_clean_run_until_an_input_changes(tmp_path: Path) 
     fourth, said = main_job(tmp_path, "fourth", fail=failing)
     assert fourth["targets"][0]["reused"] is None
     assert outcomes(fourth) == outcomes(third)
+
+
+def test_rerun_of_a_target_not_in_the_run_is_refused_naming_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from harness.jobs.conformance import main
+
+    assert main(["--target", "reference", "--rerun", "vllm", "--out", str(tmp_path)]) == 2
+    assert "--rerun: expected targets of this run (reference), got vllm" in capsys.readouterr().err
