@@ -44,6 +44,15 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[APPLIED_KEY] = set()
 
 
+@pytest.fixture(scope="session")
+def pinned_deviations(pytestconfig: pytest.Config) -> list[Deviation]:
+    """The target's known deviations, as applied to its checks (``fixtures/deviations/`` by the
+    target's ``deviations_name``, so a ``vllm-file:`` target's are vLLM's, or ``--deviations``):
+    a failure one of them explains (its exception and message, or the bound it exceeds) is that
+    deviation's, pinned where a catalogued check reaches it, not a new problem."""
+    return list(pytestconfig.stash[DEVIATIONS_KEY].values())
+
+
 def is_check(item: pytest.Item) -> bool:
     """A conformance check is a test that runs against the target."""
     return "target" in getattr(item, "fixturenames", ())

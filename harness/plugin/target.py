@@ -18,7 +18,6 @@ import torch
 from harness.checkpoints.serving import DEFAULT_SERVING, ServingConfig
 from harness.inputs.catalogue import FORMS_BY_NAME
 from harness.inputs.requests import RequestResult
-from harness.jobs.deviations import Deviation, deviations_path, load_deviations
 from harness.targets import (
     TARGET_CHOICES,
     ModelSpec,
@@ -195,14 +194,6 @@ class RequestRuns:
 @pytest.fixture(scope="session")
 def request_runs(target: Target, device: torch.device) -> RequestRuns:
     return RequestRuns(target, device)
-
-
-@pytest.fixture(scope="session")
-def pinned_deviations(target: Target) -> list[Deviation]:
-    """The target's known deviations (``fixtures/deviations/``): a failure one of them explains
-    (its exception and message, or the bound it exceeds) is that deviation's, pinned where a
-    catalogued check reaches it, not a new problem."""
-    return list(load_deviations(deviations_path(target.name)).values())
 
 
 @pytest.fixture(scope="session")

@@ -92,6 +92,33 @@ def test_import_failure_stops_the_run_with_one_clear_error(tmp_path):
     assert run.output.count("harness could not run") == 1
 
 
+#: A check whose forms fail a pinned vLLM deviation on vLLM (the fp32 checkpoint's towers) and
+#: that pass as that deviation's: it reads the deviations through ``pinned_deviations``.
+PINNED_IN_A_CHECK = (
+    "suites/conformance/test_pairwise.py::"
+    "test_a_variant_of_the_covering_array_serves_the_catalogue_as_the_reference"
+    "[v2-static-audio-t1-saved-float32]"
+)
+
+
+@needs_vllm
+@pytest.mark.vllm
+def test_the_installed_file_as_a_vllm_file_target_has_vllms_deviations(tmp_path):
+    """The installed model file, copied, is a ``vllm-file:`` target with vLLM's known deviations
+    inside checks too: the gate's two sides and every mutant of the score run that way, so one
+    it lacked would be a FAIL on an unchanged file (it was: the fixture read
+    ``fixtures/deviations/vllm-file:PATH.toml``, none, and 33 mutants were counted killed)."""
+    from harness.model_files import installed_model_file
+
+    path = tmp_path / "src" / "vllm" / "model_executor" / "models" / "nano_nemotron_vl.py"
+    path.parent.mkdir(parents=True)
+    path.write_text(installed_model_file().read_text())
+    run = run_suites(tmp_path / "run", f"--target=vllm-file:{path}", suite=PINNED_IN_A_CHECK)
+    assert run.returncode == 0, run.output[-3000:]
+    assert run.outcome(PINNED_IN_A_CHECK)["outcome"] == "pass"
+    assert "known deviation" in json.dumps(run.outcome(PINNED_IN_A_CHECK).get("measured", {}))
+
+
 def test_bad_target_option_exits_2(tmp_path):
     run = run_suites(tmp_path, "--target=vlm", "--co")
     assert run.returncode == 2
