@@ -407,12 +407,12 @@ def main(argv: list[str] | None = None) -> int:
     threading.Thread(
         target=importlib.import_module, args=("harness.checkpoints.pairs",), daemon=True
     ).start()
-    kept = KeptOutcomes.from_environment(rerun=args.rerun == [])
+    # A target run again (--rerun) still has its clean run kept, for the next main job.
+    kept = KeptOutcomes.from_environment()
+    rerun = set(targets) if args.rerun == [] else set(args.rerun or [])
     options = {t: options_key(t, args.device, extra, limits) for t in targets}
     reused = {
-        t: r
-        for t in targets
-        if t not in (args.rerun or []) and (r := reuse_kept(kept, t, options[t], out_dir))
+        t: r for t in targets if t not in rerun and (r := reuse_kept(kept, t, options[t], out_dir))
     }
     to_run = [t for t in targets if t not in reused]
     cores = os.cpu_count() or 1

@@ -25,9 +25,10 @@ checked by size and time only: the digests of torch's thousands of files would c
 they save; an editable install (a vLLM checkout) lives outside it and is digested.
 
 Failing, crashed, interrupted and incomplete runs are never kept: they run again. ``--rerun``
-runs every target whatever is kept; ``NEMOTRON_VL_KEPT_OUTCOMES`` names the folder (default
-``.cache/outcomes`` in the repository) or, set to ``off``, turns reuse off; the harness's own
-tests run with it off (the root ``conftest.py``), so that no test reads another's outcomes.
+runs every target whatever is kept, and keeps their clean runs. ``NEMOTRON_VL_KEPT_OUTCOMES``
+names the folder (default ``.cache/outcomes`` in the repository) or, set to ``off``, turns
+reuse off; the harness's own tests run with it off (the root ``conftest.py``), so that no test
+reads another's outcomes.
 """
 
 from __future__ import annotations
@@ -216,10 +217,8 @@ class KeptOutcomes:
         self.folder = folder
 
     @classmethod
-    def from_environment(cls, *, rerun: bool = False) -> KeptOutcomes:
-        """The folder :data:`KEPT_OUTCOMES_ENV` names (``off``: none); none with ``rerun``."""
-        if rerun:
-            return cls(None)
+    def from_environment(cls) -> KeptOutcomes:
+        """The folder :data:`KEPT_OUTCOMES_ENV` names (``off``: none)."""
         value = os.environ.get(KEPT_OUTCOMES_ENV, "").strip()
         if value.lower() == "off":
             return cls(None)

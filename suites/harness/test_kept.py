@@ -152,7 +152,6 @@ def test_the_environment_names_the_folder_or_turns_reuse_off(
 ) -> None:
     monkeypatch.setenv(KEPT_OUTCOMES_ENV, str(tmp_path))
     assert KeptOutcomes.from_environment().folder == tmp_path
-    assert KeptOutcomes.from_environment(rerun=True).folder is None
     monkeypatch.setenv(KEPT_OUTCOMES_ENV, "off")
     store = KeptOutcomes.from_environment()
     assert store.folder is None
@@ -173,7 +172,7 @@ def test_a_process_records_the_files_it_imported(tmp_path: Path) -> None:
     assert read_imports([imports_path(results_path), tmp_path / "missing.imports"]) is None
 
 
-SELECTION = "test_metadata or test_configs"
+SELECTION = "test_metadata"
 PLUGIN = """
 import pytest
 
@@ -184,7 +183,7 @@ def pytest_runtest_call(item):
 """
 
 
-def main_job(tmp_path: Path, out: str, fail: str = "") -> tuple[dict[str, Any], str]:
+def main_job(tmp_path: Path, out: str, *options: str, fail: str = "") -> tuple[dict[str, Any], str]:
     (tmp_path / "plugin_of_the_test.py").write_text(PLUGIN.format(fail=fail))
     env = {
         **one_thread_env(),
@@ -199,6 +198,7 @@ def main_job(tmp_path: Path, out: str, fail: str = "") -> tuple[dict[str, Any], 
             "--target=reference",
             f"--out={tmp_path / out}",
             "--groups=2",  # the imports of both processes are the inputs
+            *options,
             "--",
             "-p",
             "plugin_of_the_test",
@@ -242,6 +242,15 @@ def test_the_main_job_reuses_a_clean_run_until_an_input_changes(tmp_path: Path) 
         outcomes(first)
     )
     assert "Not run again" in (tmp_path / "second" / "conformance.md").read_text()
+
+    # --rerun runs it, and keeps the new run: the next one reuses that.
+    rerun, said = main_job(tmp_path, "rerun", "--rerun")
+    assert rerun["targets"][0]["reused"] is None
+    assert "reusing" not in said
+    assert outcomes(rerun) == outcomes(first)
+    again, _ = main_job(tmp_path, "again")
+    assert again["targets"][0]["reused"]["kept_at"] >= target["reused"]["kept_at"]
+    assert again["targets"][0]["reused"]["wall_s"] == rerun["targets"][0]["wall_s"]
 
     # The plugin is an input (an imported file): changed, the target runs, and fails.
     failing = next(c for c in outcomes(first) if "test_metadata" in c).split("::")[1]
