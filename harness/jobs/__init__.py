@@ -5,6 +5,8 @@
 - ``supervisor``: each target's pytest process watched from outside (time and memory limits,
   restarts);
 - ``cores``: the main job's cores, handed to the processes still running as others end;
+- ``kept``: a target's clean run kept with what its outcomes came from, reused while none of
+  it changed;
 - ``results``: the results schema (what the plugin writes, what the supervisor hands on);
 - ``report``: a run's verdict (:func:`~.report.verdict`, decided there alone) and the
   conformance report, Markdown and JSON;

@@ -172,7 +172,7 @@ def test_a_process_records_the_files_it_imported(tmp_path: Path) -> None:
     assert read_imports([imports_path(results_path), tmp_path / "missing.imports"]) is None
 
 
-SELECTION = "test_metadata"
+SELECTION = "test_configs or test_contracts"
 PLUGIN = """
 import pytest
 
@@ -197,7 +197,6 @@ def main_job(tmp_path: Path, out: str, *options: str, fail: str = "") -> tuple[d
             "harness.jobs.conformance",
             "--target=reference",
             f"--out={tmp_path / out}",
-            "--groups=2",  # the imports of both processes are the inputs
             *options,
             "--",
             "-p",
@@ -224,7 +223,7 @@ def outcomes(report: dict[str, Any]) -> dict[str, str]:
 
 @pytest.mark.slow
 def test_the_main_job_reuses_a_clean_run_until_an_input_changes(tmp_path: Path) -> None:
-    first, said = main_job(tmp_path, "first")
+    first, said = main_job(tmp_path, "first", "--groups=2")  # both processes' imports kept
     assert first["targets"][0]["reused"] is None
     assert "reference runs: no run of these options is kept" in said
     assert len(outcomes(first)) >= 20
@@ -253,7 +252,7 @@ def test_the_main_job_reuses_a_clean_run_until_an_input_changes(tmp_path: Path) 
     assert again["targets"][0]["reused"]["wall_s"] == rerun["targets"][0]["wall_s"]
 
     # The plugin is an input (an imported file): changed, the target runs, and fails.
-    failing = next(c for c in outcomes(first) if "test_metadata" in c).split("::")[1]
+    failing = next(c for c in outcomes(first) if "test_configs" in c).split("::")[1]
     third, said = main_job(tmp_path, "third", fail=failing)
     assert f"{tmp_path / 'plugin_of_the_test.py'} changed" in said
     assert third["targets"][0]["reused"] is None
