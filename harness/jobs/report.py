@@ -201,8 +201,10 @@ def build_report(runs: Sequence[TargetRun], command: str = "") -> Report:
                 "problem": decided.problem,
                 "summary": summarize(run),
                 "stale_deviations": run.results["stale_deviations"] if run.results else [],
-                "build_timings": run.results["build_timings"] if run.results else {},
-                # A reused target spent no time here: its kept run's phases are not this run's.
+                # A reused target spent no time here: its kept run's timings are not this run's.
+                "build_timings": (
+                    run.results["build_timings"] if run.results and not run.reused else {}
+                ),
                 "phases": (run.results.get("phases") if run.results and not run.reused else None),
                 "oracle_answers": (
                     run.results.get("oracle_answers") if run.results and not run.reused else None

@@ -172,6 +172,30 @@ def test_a_process_records_the_files_it_imported(tmp_path: Path) -> None:
     assert read_imports([imports_path(results_path), tmp_path / "missing.imports"]) is None
 
 
+def test_a_reused_targets_report_shows_no_time_spent_in_this_run() -> None:
+    from harness.jobs.report import TargetRun, build_report, render_markdown
+
+    kept = results() | {
+        "build_timings": {"v2-static-audio-t1": {"checkpoint_s": 3.0}},
+        "phases": {"start_up_s": 5.0, "checks_s": 40.0},
+    }
+    ran = TargetRun("reference", 0, kept)
+    reused = TargetRun("reference", 0, kept, reused={"kept_at": "T", "wall_s": 50.0})
+    (fresh,) = build_report([ran])["targets"]
+    report = build_report([reused])
+    (target,) = report["targets"]
+    assert fresh["build_timings"]
+    assert fresh["phases"]
+    assert fresh["reused"] is None
+    assert target["build_timings"] == {}
+    assert target["phases"] is None
+    assert target["reused"] == {"kept_at": "T", "wall_s": 50.0}
+    markdown = render_markdown(report)
+    assert "its run that ended at T (50 s), reused" in markdown
+    assert "Building the real models" not in markdown
+    assert "Where the time went" not in markdown
+
+
 SELECTION = "test_configs or test_contracts"
 PLUGIN = """
 import pytest

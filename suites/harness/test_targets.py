@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -12,7 +14,7 @@ from harness.targets import TargetLoadError, resolve_target
 from harness.targets.reference import ReferenceTarget
 from harness.targets.vllm import VllmFileTarget
 from harness.targets.vllm.files import module_name_for
-from suites.harness.helpers import needs_vllm, run_suites
+from suites.harness.helpers import ROOT, needs_vllm, run_suites
 
 
 def test_resolve_known_targets():
@@ -117,6 +119,53 @@ def test_the_installed_file_as_a_vllm_file_target_has_vllms_deviations(tmp_path)
     assert run.returncode == 0, run.output[-3000:]
     assert run.outcome(PINNED_IN_A_CHECK)["outcome"] == "pass"
     assert "known deviation" in json.dumps(run.outcome(PINNED_IN_A_CHECK).get("measured", {}))
+
+
+RESOLVED_BEFORE = """
+from pathlib import Path
+import sys
+
+from harness.checkpoints.cache import checkpoint_folder
+from harness.checkpoints.spec import ModelSpec
+from harness.model_files import MODEL_MODULE
+from harness.targets.vllm.build import check_registered_class, engine_config
+from harness.targets.vllm.files import load_model_files
+from harness.targets.vllm.runtime import import_vllm_module
+from vllm.model_executor.model_loader.utils import get_model_architecture
+
+installed = import_vllm_module(MODEL_MODULE)
+config = engine_config(checkpoint_folder(ModelSpec()))
+resolved, _ = get_model_architecture(config.model_config)
+assert resolved is installed.NemotronH_Nano_VL_V2, resolved
+module = load_model_files([Path(sys.argv[1])])
+assert module.NemotronH_Nano_VL_V2 is not resolved
+check_registered_class(module, config)
+print("RESOLVED", get_model_architecture(config.model_config)[0].__module__, module.__file__)
+"""
+
+
+@needs_vllm
+@pytest.mark.vllm
+def test_a_class_resolved_before_the_files_replaced_it_is_resolved_again(tmp_path):
+    """vLLM caches the class it resolved for a folder: a process (or the parent of a forked
+    child) that built the installed model before loads a ``vllm-file:`` target's files and
+    must build their class, not fail naming the installed one (it did, under pytest-xdist,
+    where another module of the worker had built the installed model first)."""
+    from harness.model_files import installed_model_file
+
+    path = tmp_path / "vllm" / "model_executor" / "models" / "nano_nemotron_vl.py"
+    path.parent.mkdir(parents=True)
+    path.write_text(installed_model_file().read_text())
+    proc = subprocess.run(
+        [sys.executable, "-c", RESOLVED_BEFORE, str(path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert f"RESOLVED {MODEL_MODULE} {path}" in proc.stdout
 
 
 def test_bad_target_option_exits_2(tmp_path):

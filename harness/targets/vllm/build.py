@@ -103,10 +103,19 @@ def engine_config(
 def check_registered_class(module: types.ModuleType, vllm_config: Any) -> None:
     """The class vLLM's registry resolves for the folder's architecture; it must be the class
     of the file under test (``vllm-file:`` targets replace the module the registry imports)."""
-    from vllm.model_executor.model_loader.utils import get_model_architecture
+    from vllm.model_executor.model_loader import utils as loader_utils
+    from vllm.model_executor.models import registry
 
-    cls, arch = get_model_architecture(vllm_config.model_config)
+    cls, arch = loader_utils.get_model_architecture(vllm_config.model_config)
     expected = module.NemotronH_Nano_VL_V2
+    if cls is not expected:
+        # vLLM caches the class it resolved, per folder and per architecture: one resolved
+        # earlier in this process, or in the parent a child was forked from, can be the class
+        # of a module replaced or imported again since. A fresh process resolves it afresh.
+        getattr(loader_utils, "_MODEL_ARCH_BY_HASH", {}).clear()
+        registry._try_load_model_cls.cache_clear()
+        registry._try_inspect_model_cls.cache_clear()
+        cls, arch = loader_utils.get_model_architecture(vllm_config.model_config)
     if cls is not expected:
         raise TargetLoadError(
             f"vLLM's registry resolved {arch!r} to {cls.__module__}.{cls.__qualname__}, not the "
