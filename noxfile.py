@@ -106,32 +106,20 @@ def command(session: nox.Session, name: str, *args: str) -> None:
     session.run(script, *args, *session.posargs, env=CPU_ENV, external=True)
 
 
-#: Resident memory one test worker may reach (a vLLM main job's target process peaks near 9 GiB;
-#: most tests stay far below), for the worker count of ``nox -s tests``.
-TEST_WORKER_GIB = 8
-
-
-def test_workers() -> int:
-    """Workers for the test modules: one per core, as many as memory holds, at least one."""
-    try:
-        memory_gib = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") / 2**30
-    except (ValueError, OSError, AttributeError):
-        memory_gib = TEST_WORKER_GIB
-    return max(1, min(os.cpu_count() or 1, int(memory_gib // TEST_WORKER_GIB)))
-
-
 @nox.session(venv_backend="none")
 def tests(session: nox.Session) -> None:
-    """The harness's own tests and the suites on `reference` (whole modules spread over the
-    cores by pytest-xdist), then the suites on `vllm`."""
+    """The harness's own tests and the suites on `reference`, then the suites on `vllm`.
+
+    One process each, the modules in a fixed order. With pytest-xdist (`-- -n 2 --dist
+    loadfile`: the first run took 15.6 minutes on 2 cores, against 18.6 in one process) which
+    modules share a worker, and in what order, changes from run to run, so a test that leaves
+    state behind for a later module can fail some runs and not others; CI keeps one order."""
     REPORTS.mkdir(exist_ok=True)
     pytest(
         session,
         "suites",
         "-m",
         "not gpu and not fuzz and not bench",
-        f"--numprocesses={test_workers()}",
-        "--dist=loadfile",
         f"--junitxml={REPORTS / 'junit-tests.xml'}",
     )
     pytest(
