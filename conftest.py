@@ -20,9 +20,10 @@ pytest_plugins = ("harness.plugin",)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """In a pytest-xdist worker (``nox -s tests`` spreads whole modules over the cores), the
-    modules with slow tests first: the longest start at once instead of last, alone on one core
-    while the others idle. Each worker sorts the same collection the same way, as xdist needs."""
+    """In a pytest-xdist worker (``nox -s tests -- -n 2 --dist loadfile`` spreads whole modules
+    over the cores), the modules with slow tests first: the longest start at once instead of
+    last, alone on one core while the others idle. Each worker sorts the same collection the
+    same way, as xdist needs."""
     if not hasattr(config, "workerinput"):
         return
     slow = {item.path for item in items if item.get_closest_marker("slow") is not None}
