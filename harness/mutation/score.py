@@ -5,9 +5,10 @@ The scope is measured, not listed: every function of the model family's files
 suites under coverage.py (the reach map, measured again when vLLM, the suites or the harness
 change). A seeded sample of first-order mutants (:mod:`harness.mutation.ast_mutants`), stratified
 so that every function in scope has at least one, is written as ``vllm-file:`` copies (never an
-edit of the installed package); each runs against only the checks that execute its line, the
-quickest first, from one process (:mod:`harness.mutation.runner`), under a time limit derived
-from those checks' measured times. A mutant on a line no check executes is a survivor without a
+edit of the installed package); each runs against only the checks that execute its line, those
+that killed its neighbours in the last sweep first (:mod:`harness.mutation.history`), from one
+process (:mod:`harness.mutation.runner`), under a time limit derived from those checks' measured
+times. A mutant on a line no check executes is a survivor without a
 run ("unreached"). A mutant is killed when its run fails a check, errors, crashes or passes its
 time limit; a check that stops failing (a known deviation passing) kills it too, since behaviour
 changed and the suites saw it.
@@ -23,13 +24,15 @@ Wilson interval for the sampling error. The report lists the functions and lines
 reaches.
 
     nemotron-vl-mutation-score [--sample 600] [--seed 0] [--parallel 2] [--fresh] [--remeasure]
+                               [--history reports/mutation.json | --no-history]
     nemotron-vl-mutation-score --recheck      # the survivors against every suite
     nemotron-vl-mutation-score --shard K/N    # every N-th sampled mutant from the K-th
     nemotron-vl-mutation-score --merge reports/mutation-runs-*-of-N.jsonl
     nemotron-vl-mutation-score --fresh --from-report reports/mutation.json  # after a new map
 
 A shard keeps its runs in ``reports/mutation-runs-K-of-N.jsonl`` (its first line names the
-shard, the sample, the seed and the reach map's fingerprint, which every shard must share) and
+shard, the sample, the seed, the reach map's fingerprint and the kill history's digest, which
+every shard must share) and
 its report in ``reports/mutation-K-of-N.{md,json}``;
 ``--merge`` checks the N shards are one sweep and writes the report of the whole sample, the
 same an unsharded run writes (the wall times summed).
@@ -62,6 +65,7 @@ from harness import ROOT
 from harness.checkpoints.cache import shared_folders
 from harness.jobs.results import replace_text
 from harness.mutation.ast_mutants import AstMutant, candidates, sample, write_mutant_file
+from harness.mutation.history import HistoryError, KillHistory
 from harness.mutation.reach import (
     REACH_FILE,
     Reach,
@@ -147,9 +151,11 @@ def run_limit(reach: Reach, checks: list[str]) -> float:
     return RUN_LIMIT_BASE_S + RUN_LIMIT_FACTOR * reach.seconds_of(checks)
 
 
-def checks_of(reach: Reach, mutant: AstMutant) -> list[str]:
-    """The checks that execute the mutant's line or its statement's, the quickest first."""
-    return reach.checks_at(mutant.file, mutant.line, mutant.statement_line)
+def checks_of(reach: Reach, mutant: AstMutant, history: KillHistory | None = None) -> list[str]:
+    """The checks that execute the mutant's line or its statement's, the quickest first, or in
+    ``history``'s order (those that killed its neighbours first)."""
+    checks = reach.checks_at(mutant.file, mutant.line, mutant.statement_line)
+    return checks if history is None else history.order(mutant, checks)
 
 
 def _unreached_row(mutant: AstMutant) -> dict[str, Any]:
@@ -173,6 +179,7 @@ def _run_sample(
     *,
     recheck: bool = False,
     runs_file: Path = RUNS_FILE,
+    history: KillHistory | None = None,
 ) -> None:
     """Run each mutant not run yet against the checks that execute its line (one no check
     executes is recorded as an unreached survivor); with ``recheck``, each reached survivor not
@@ -190,7 +197,7 @@ def _run_sample(
         elif mutant.id in done:
             continue
         else:
-            checks = checks_of(reach, mutant)
+            checks = checks_of(reach, mutant, history)
             if not checks:
                 done[mutant.id] = _unreached_row(mutant)
                 with runs_file.open("a") as f:
@@ -290,6 +297,16 @@ def _read_runs(path: Path = RUNS_FILE) -> tuple[dict[str, dict[str, Any]], float
     return {row["id"]: row for row in rows if "id" in row}, sessions
 
 
+def _read_history(path: Path) -> KillHistory | None:
+    """The kill history a runs file's sweep began with, if it has begun."""
+    if not path.is_file():
+        return None
+    for row in _rows(path):
+        if "history" in row and isinstance(row["history"], dict):
+            return KillHistory.from_json(row["history"], f"{path}")
+    return None
+
+
 def _rows(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
@@ -318,6 +335,7 @@ class Merged:
     sample: int
     seed: int
     reach: str | None  # the reach map's fingerprint the shards share
+    history: str = ""  # the kill history's digest the shards share ("": none)
 
 
 def merge_runs(paths: list[Path]) -> Merged:
@@ -337,6 +355,12 @@ def merge_runs(paths: list[Path]) -> Merged:
                 f"merge: {path}: reach map {sweep.get('reach')}; {paths[0]}: reach map "
                 f"{first.get('reach')}: the shards measured different scopes, not one sweep"
             )
+        if sweep.get("history", "") != first.get("history", ""):
+            raise ShardError(
+                f"merge: {path}: kill history {sweep.get('history') or 'none'}; {paths[0]}: "
+                f"kill history {first.get('history') or 'none'}: the shards ordered their "
+                "checks by different histories, not one sweep"
+            )
     done: dict[str, dict[str, Any]] = {}
     wall = 0.0
     for path in paths:
@@ -353,6 +377,7 @@ def merge_runs(paths: list[Path]) -> Merged:
         int(sweeps[0]["sample"]),
         int(sweeps[0]["seed"]),
         None if reach is None else str(reach),
+        str(sweeps[0].get("history", "")),
     )
 
 
@@ -364,6 +389,7 @@ def build_report(
     seed: int,
     wall_s: float,
     scope: dict[str, Any],
+    history: str = "",
 ) -> dict[str, Any]:
     survivors = load_survivors()
     rows = []
@@ -426,6 +452,7 @@ def build_report(
         "score": round(score, 4),
         "interval_95": [round(low, 4), round(high, 4)],
         "wall_s": round(wall_s, 1),
+        "history": history,
         "mean_run_wall_s": round(run_wall / len(executed), 2) if executed else 0.0,
         "mean_checks_per_run": (
             round(sum(int(r.get("checks", 0)) for r in executed) / len(executed), 1)
@@ -451,7 +478,13 @@ def render_markdown(report: dict[str, Any]) -> str:
         f"candidates; {report['done']} done: {report['run']} run against the checks that "
         f"execute their line (on average {report['mean_checks_per_run']:g} checks, "
         f"{report['mean_run_wall_s']:g} s each run), {report['unreached']} on lines no check "
-        f"executes. Wall time {report['wall_s']:.0f} s.",
+        f"executes. Wall time {report['wall_s']:.0f} s. "
+        + (
+            f"Each run's checks ran those that killed its neighbours in the sweep before first "
+            f"(kill history `{report['history']}`), then the quickest."
+            if report.get("history")
+            else "Each run's checks ran the quickest first."
+        ),
         "",
         f"- killed by the checks that execute their line: {report['killed_by_suites']}",
         f"- survivors killed on recheck against every suite (a check the reach map missed, or "
@@ -515,6 +548,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--remeasure", action="store_true", help="measure the reach map even when it is current"
     )
+    history_options = parser.add_mutually_exclusive_group()
+    history_options.add_argument(
+        "--history",
+        type=Path,
+        default=REPORT.with_suffix(".json"),
+        metavar="JSON",
+        help="the mutation report whose kills order each mutant's checks, those that killed its "
+        "neighbours first (default: %(default)s, read once before the first run; none there: "
+        "the quickest first)",
+    )
+    history_options.add_argument(
+        "--no-history", action="store_true", help="run each mutant's checks the quickest first"
+    )
+    # A resumed sweep keeps the history its runs file began with (--fresh starts another).
     parser.add_argument(
         "--from-report",
         type=Path,
@@ -551,6 +598,7 @@ def main(argv: list[str] | None = None) -> int:
             )
             return 2
         done, wall, seed = merged.done, merged.wall_s, merged.seed
+        history_digest = merged.history
         mutants = sample(everything, merged.sample, seed)
         out = args.out or REPORT
     else:
@@ -565,15 +613,29 @@ def main(argv: list[str] | None = None) -> int:
         runs_file.parent.mkdir(parents=True, exist_ok=True)
         if args.fresh and runs_file.exists():
             runs_file.unlink()
+        try:
+            # A sweep orders by the history it began with: a resumed one, by the runs file's.
+            begun = _read_history(runs_file)
+            history = begun or (
+                KillHistory() if args.no_history else KillHistory.read(args.history)
+            )
+        except (OSError, json.JSONDecodeError, HistoryError) as e:
+            print(f"error: --history: {e}", file=sys.stderr)
+            return 2
         if shard != WHOLE and not runs_file.exists():
             sweep = {
                 "shard": str(shard),
                 "sample": args.sample,
                 "seed": seed,
                 "reach": reach.fingerprint,
+                "history": history.digest,
             }
             runs_file.write_text(json.dumps(sweep) + "\n")
+        if begun is None and not args.report_only:
+            with runs_file.open("a") as f:
+                f.write(json.dumps({"history": history.to_json()}) + "\n")
         done, wall = _read_runs(runs_file)
+        history_digest = history.digest
         if args.from_report is not None:
             if shard != WHOLE:
                 print("error: --from-report: not with --shard (go on unsharded)", file=sys.stderr)
@@ -615,6 +677,7 @@ def main(argv: list[str] | None = None) -> int:
                         reach,
                         recheck=args.recheck,
                         runs_file=runs_file,
+                        history=history,
                     )
                 finally:  # an interrupted session counts too: its mutants are kept
                     session = time.perf_counter() - started
@@ -629,6 +692,7 @@ def main(argv: list[str] | None = None) -> int:
             seed=seed,
             wall_s=wall,
             scope=scope_summary(reach, functions_in_scope()),
+            history=history_digest,
         )
     except SurvivorFileError as e:
         print(f"error: {e}", file=sys.stderr)
