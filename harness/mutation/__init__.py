@@ -9,6 +9,7 @@
   fail;
 - ``runner``: suite runs against mutated files, in forked processes;
 - ``matrix``: the kill matrix of the corpus (``nemotron-vl-kill-matrix``);
+- ``history``: the order a mutant's checks run in, those that killed its neighbours first;
 - ``score``: the mutation score (``nemotron-vl-mutation-score``);
 - ``shards``: ``--shard K/N`` for both, and the checks their merges make;
 - ``config_fields``: the config-field inventory (``nemotron-vl-config-fields``): the fields

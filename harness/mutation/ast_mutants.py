@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import ast
 import random
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -251,6 +251,7 @@ def enumerate_mutants(source: str, file: Path, qualname: str) -> Enumeration:
     function = find_function(tree, qualname)
     offsets = _Offsets(source)
     statement_of = _statement_lines(function)
+    parses = _function_parser(source, function, offsets)
     mutants: list[AstMutant] = []
     unparseable = 0
     seen: dict[tuple[int, int, str], int] = {}
@@ -271,13 +272,37 @@ def enumerate_mutants(source: str, file: Path, qualname: str) -> Enumeration:
             source[start:end],
             statement_of.get(id(node), line),
         )
-        try:
-            ast.parse(mutant.apply(source))
-        except SyntaxError:
+        if not parses(mutant):
             unparseable += 1
             continue
         mutants.append(mutant)
     return Enumeration(mutants, unparseable)
+
+
+def _function_parser(
+    source: str, function: ast.FunctionDef | ast.AsyncFunctionDef, offsets: _Offsets
+) -> Callable[[AstMutant], bool]:
+    """Whether a mutant of ``function`` leaves ``source`` parseable, found by parsing the
+    function's own text with the mutant applied (its lines, decorators included, under an
+    ``if 1:`` when indented), not the whole file: a change inside a function can break the
+    syntax of that function's text only, and the file's parse per mutant took 19 s of the
+    21 s ``candidates`` took."""
+    first = min([function.lineno, *(d.lineno for d in function.decorator_list)])
+    last = function.end_lineno if function.end_lineno is not None else function.lineno
+    begin, finish = offsets.starts[first - 1], offsets.starts[last]
+    prefix = "if 1:\n" if function.col_offset else ""
+
+    def parses(mutant: AstMutant) -> bool:
+        if not begin <= mutant.start <= mutant.end <= finish:
+            raise ValueError(f"mutant {mutant.id}: its span is outside its function's lines")
+        text = source[begin : mutant.start] + mutant.replacement + source[mutant.end : finish]
+        try:
+            ast.parse(prefix + text)
+        except SyntaxError:
+            return False
+        return True
+
+    return parses
 
 
 def candidates(functions: list[ScopeFunction] | None = None) -> list[AstMutant]:

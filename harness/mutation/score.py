@@ -17,7 +17,12 @@ Each survivor is then run again against the whole conformance suites as they are
 (``--recheck``): a check outside its concern's suites, or one added since, may kill it, and the
 report names that check. A survivor left is classified in ``fixtures/mutation_survivors.toml``:
 ``equivalent`` (with the reason it cannot change behaviour) or ``gpu-only`` (with the reason only
-a run on a GPU could show it); one not classified there is listed as such.
+a run on a GPU could show it); one not classified there is listed as such. An entry records the
+vLLM it was classified against (``classified_against``: vLLM's version and a digest of the scope
+files, :func:`classified_against`); while those are what is installed, the mutant is not run
+again (its verdict is a fact about that code, and its checks are the sweep's costliest: a
+survivor runs every check that reaches its line, up to all of them), and the report counts it
+apart. Against other files, it runs like any mutant.
 
 The score is killed / (sampled - equivalent), unreached mutants counted as survivors, with a 95%
 Wilson interval for the sampling error. The report lists the functions and lines no check
@@ -49,6 +54,7 @@ those (same sample and seed) unless ``--fresh``. Writes ``reports/mutation.{md,j
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import math
 import os
@@ -68,6 +74,7 @@ from harness.mutation.ast_mutants import AstMutant, candidates, sample, write_mu
 from harness.mutation.history import HistoryError, KillHistory
 from harness.mutation.reach import (
     REACH_FILE,
+    SCOPE,
     Reach,
     ReachError,
     current_reach,
@@ -108,6 +115,22 @@ class SurvivorFileError(ValueError):
 class Classification:
     verdict: str  # one of VERDICTS
     reason: str  # why it cannot change behaviour, or why only a GPU run could show it
+    #: the vLLM it was classified against (:func:`classified_against`); "" when not recorded
+    against: str = ""
+
+
+def classified_against() -> str:
+    """The installed vLLM's version and a digest of the scope files, as a survivor's
+    ``classified_against`` records them."""
+    from importlib import metadata
+
+    from harness.model_files import installed_file
+
+    digest = hashlib.sha256()
+    for entry in SCOPE:
+        digest.update(entry.file.as_posix().encode())
+        digest.update(installed_file(entry.file).read_bytes())
+    return f"vllm {metadata.version('vllm')}, scope files {digest.hexdigest()[:12]}"
 
 
 def load_survivors(path: Path = SURVIVORS_FILE) -> dict[str, Classification]:
@@ -124,7 +147,13 @@ def load_survivors(path: Path = SURVIVORS_FILE) -> dict[str, Classification]:
             raise SurvivorFileError(
                 f"{where}: field 'verdict': expected one of {VERDICTS}, got {entry['verdict']!r}"
             )
-        out[entry["id"]] = Classification(entry["verdict"], entry["reason"])
+        against = entry.get("classified_against", "")
+        if not isinstance(against, str):
+            raise SurvivorFileError(
+                f"{where}: field 'classified_against': expected a string such as "
+                f"'vllm 0.33.0, scope files 0123456789ab', got {against!r}"
+            )
+        out[entry["id"]] = Classification(entry["verdict"], entry["reason"], against)
     return out
 
 
@@ -158,6 +187,28 @@ def checks_of(reach: Reach, mutant: AstMutant, history: KillHistory | None = Non
     return checks if history is None else history.order(mutant, checks)
 
 
+def _classified_unchanged(classified: dict[str, Classification]) -> dict[str, Classification]:
+    """The survivors classified against the installed vLLM and scope files: not run again."""
+    if not classified:
+        return {}
+    now = classified_against()
+    return {key: c for key, c in classified.items() if c.against == now}
+
+
+def _classified_row(mutant: AstMutant, known: Classification, checks: int) -> dict[str, Any]:
+    return {
+        "id": mutant.id,
+        "status": "survived",
+        "classified_unchanged": True,
+        "exit": None,
+        "killed_by": [],
+        "reason": f"classified {known.verdict} against {known.against}, which is installed: "
+        "not run again",
+        "checks": checks,
+        "wall_s": 0.0,
+    }
+
+
 def _unreached_row(mutant: AstMutant) -> dict[str, Any]:
     return {
         "id": mutant.id,
@@ -180,26 +231,33 @@ def _run_sample(
     recheck: bool = False,
     runs_file: Path = RUNS_FILE,
     history: KillHistory | None = None,
+    classified: dict[str, Classification] | None = None,
 ) -> None:
     """Run each mutant not run yet against the checks that execute its line (one no check
-    executes is recorded as an unreached survivor); with ``recheck``, each reached survivor not
-    rechecked yet against every conformance suite."""
+    executes is recorded as an unreached survivor, one ``classified`` against the installed
+    files as a survivor not run again); with ``recheck``, each reached survivor not rechecked
+    yet against every conformance suite."""
+    unchanged = _classified_unchanged(classified or {})
     jobs: list[SuiteJob] = []
     for mutant in mutants:
         if recheck:
             row = done.get(mutant.id)
             if row is None or row["status"] != "survived" or "recheck" in row:
                 continue
-            if row.get("unreached"):
-                continue  # no check executes its line: the whole suites would not either
+            if row.get("unreached") or row.get("classified_unchanged"):
+                continue  # no check executes its line, or its verdict is of these files
             suites: tuple[str, ...] = RECHECK_SUITES
             limit = run_limit(reach, reach.checks)  # every check of the map
         elif mutant.id in done:
             continue
         else:
             checks = checks_of(reach, mutant, history)
-            if not checks:
-                done[mutant.id] = _unreached_row(mutant)
+            if not checks or mutant.id in unchanged:
+                done[mutant.id] = (
+                    _classified_row(mutant, unchanged[mutant.id], len(checks))
+                    if checks
+                    else _unreached_row(mutant)
+                )
                 with runs_file.open("a") as f:
                     f.write(json.dumps(done[mutant.id]) + "\n")
                 continue
@@ -244,7 +302,17 @@ def _run_sample(
 
 
 #: What a runs file row holds (a report's row adds where the mutant is and its classification).
-RUN_FIELDS = ("id", "status", "unreached", "exit", "killed_by", "reason", "checks", "wall_s")
+RUN_FIELDS = (
+    "id",
+    "status",
+    "unreached",
+    "classified_unchanged",
+    "exit",
+    "killed_by",
+    "reason",
+    "checks",
+    "wall_s",
+)
 
 
 def runs_from_report(
@@ -419,7 +487,9 @@ def build_report(
                 row["classification"] = {"verdict": "unclassified", "reason": ""}
         rows.append(row)
     done_rows = [r for r in rows if r["status"] != "not run"]
-    executed = [r for r in done_rows if not r.get("unreached")]
+    executed = [
+        r for r in done_rows if not r.get("unreached") and not r.get("classified_unchanged")
+    ]
 
     def verdicts(name: str) -> int:
         return sum(r.get("classification", {}).get("verdict") == name for r in done_rows)
@@ -442,6 +512,7 @@ def build_report(
         "sampled": len(mutants),
         "done": len(done_rows),
         "run": len(executed),
+        "classified_not_run": sum(bool(r.get("classified_unchanged")) for r in done_rows),
         "scope": scope,
         "killed_by_suites": killed,
         "killed_on_recheck": killed_later,
@@ -492,6 +563,8 @@ def render_markdown(report: dict[str, Any]) -> str:
         f"- equivalent (cannot change behaviour): {report['equivalent']}",
         f"- only a GPU run could show (counted as survivors): {report['gpu_only']}",
         f"- on a line no check executes (counted as survivors): {report['unreached']}",
+        f"- survivors classified against the installed vLLM files, not run again (counted by "
+        f"their verdict): {report.get('classified_not_run', 0)}",
         f"- survivors not classified: {report['unclassified_survivors']}",
         f"- **score: {report['score']:.1%}** of non-equivalent mutants killed "
         f"(95% interval {low:.1%} to {high:.1%})",
@@ -503,7 +576,7 @@ def render_markdown(report: dict[str, Any]) -> str:
     ]
     for op, n in report["by_operator"].items():
         lines.append(f"| {op} | {n['run']} | {n['killed']} |")
-    lines += ["", "## Survivors that ran", ""]
+    lines += ["", "## Survivors a check reaches", ""]
     lines += ["| mutant | what | verdict | reason |", "|---|---|---|---|"]
     for row in report["mutants"]:
         if row["status"] == "survived" and not row.get("unreached"):
@@ -666,6 +739,11 @@ def main(argv: list[str] | None = None) -> int:
                 flush=True,
             )
         if not args.report_only:
+            try:
+                classified = load_survivors()
+            except SurvivorFileError as e:
+                print(f"error: {e}", file=sys.stderr)
+                return 2
             started = time.perf_counter()
             with tempfile.TemporaryDirectory(prefix="mutation-") as tmp, shared_folders():
                 try:
@@ -678,6 +756,7 @@ def main(argv: list[str] | None = None) -> int:
                         recheck=args.recheck,
                         runs_file=runs_file,
                         history=history,
+                        classified=classified,
                     )
                 finally:  # an interrupted session counts too: its mutants are kept
                     session = time.perf_counter() - started

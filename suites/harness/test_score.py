@@ -124,3 +124,50 @@ def test_a_report_of_another_sample_is_refused_naming_what_differs(report, words
     with pytest.raises(ValueError, match="--from-report") as raised:
         score.runs_from_report(report, mutants()[:4], reach_of({}), sample_size=4, seed=0)
     assert words in str(raised.value)
+
+
+class Ran(Exception):
+    """Raised where a run would start."""
+
+
+def test_a_survivor_classified_against_the_installed_files_is_not_run_again(tmp_path, monkeypatch):
+    """Of two mutants of line 2 classified equivalent, the one classified against the files
+    installed now is recorded without a run (counted by its verdict, apart from the runs); the
+    one classified against other files runs."""
+    monkeypatch.setattr(score, "classified_against", lambda: "vllm 9.9, scope files abc")
+
+    def no_runs(**_: object) -> None:
+        raise Ran
+
+    monkeypatch.setattr(score, "preload", no_runs)
+    monkeypatch.setattr(score, "write_mutant_file", lambda mutant, folder: folder / "m.py")
+    first, second = [m for m in mutants() if m.line == 2][:2]
+    now = score.Classification("equivalent", "cannot change", "vllm 9.9, scope files abc")
+    before = score.Classification("equivalent", "cannot change", "vllm 9.8, scope files def")
+    done: dict[str, dict[str, object]] = {}
+    runs = tmp_path / "runs.jsonl"
+    reach = reach_of({2: [0, 1]})
+    score._run_sample([first], done, 1, tmp_path, reach, runs_file=runs, classified={first.id: now})
+    row = done[first.id]
+    assert (row["status"], row["classified_unchanged"], row["wall_s"]) == ("survived", True, 0.0)
+    assert "vllm 9.9, scope files abc, which is installed: not run again" in str(row["reason"])
+    assert json.loads(runs.read_text())["id"] == first.id
+    with pytest.raises(Ran):
+        score._run_sample(
+            [second], done, 1, tmp_path, reach, runs_file=runs, classified={second.id: before}
+        )
+
+    monkeypatch.setattr(score, "load_survivors", lambda: {first.id: now})
+    report = score.build_report(
+        [first], done, total_candidates=1, seed=0, wall_s=1.0, scope={"files": []}
+    )
+    assert (report["run"], report["classified_not_run"], report["equivalent"]) == (0, 1, 1)
+
+
+def test_a_malformed_classified_against_is_named(tmp_path):
+    path = tmp_path / "survivors.toml"
+    path.write_text(
+        '[[survivor]]\nid = "m"\nverdict = "equivalent"\nreason = "r"\nclassified_against = 3\n'
+    )
+    with pytest.raises(score.SurvivorFileError, match="survivor 0: field 'classified_against'"):
+        score.load_survivors(path)

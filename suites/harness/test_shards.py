@@ -220,3 +220,10 @@ def test_a_merged_mutation_score_is_the_unsharded_one(tmp_path):
     _write_runs(paths[2], [], {"shard": "3/3", "sample": 8, "seed": 3})
     with pytest.raises(ShardError, match=r"sample 8, seed 3.*not one sweep"):
         merge_runs(paths)
+    # Shards whose checks ran in the order of another kill history are refused, naming both.
+    header = {"shard": "3/3", "sample": 7, "seed": 3, "reach": reach.fingerprint}
+    _write_runs(paths[2], [], {**header, "history": "0123456789ab"})
+    with pytest.raises(
+        ShardError, match=r"kill history 0123456789ab; .*kill history none: .*not one sweep"
+    ):
+        merge_runs(paths)
