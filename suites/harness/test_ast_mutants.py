@@ -179,11 +179,12 @@ def test_a_mutant_parses_in_its_function_as_in_its_whole_file(everything, monkey
     assert candidates() == everything
 
 
-def test_a_mutant_that_breaks_its_indented_function_is_unparseable():
-    """A method (indented, decorated, with a string whose lines are less indented) whose only
-    statement is removed to nothing would leave an empty body: counted, not kept."""
+def test_an_indented_decorated_method_parses_in_its_function_text():
+    """A method (indented, decorated, a string in it whose second line is not indented) is
+    parsed under ``if 1:`` from its decorator on: its mutants are kept and each parses whole."""
     source = 'class C:\n    @staticmethod\n    def f(a):\n        return a + """x\ny"""\n'
     result = enumerate_mutants(source, FILE, "C.f")
+    assert result.unparseable == 0
     assert [(m.operator, m.replacement) for m in result.mutants] == [
         ("statement-removed", "return None"),
         ("arithmetic", "-"),
