@@ -62,6 +62,10 @@ def shared_python(session: nox.Session) -> str:
             "pip",
             "install",
             "--quiet",
+            # pip byte-compiles every module it installs (30,000 files, 460 MB of source in
+            # torch, vLLM, transformers and the rest); a run imports a fraction of them, which
+            # Python compiles as it first imports them and keeps in __pycache__.
+            "--no-compile",
             "-e",
             f".[{SHARED_EXTRAS}]",
             external=True,

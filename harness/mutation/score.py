@@ -8,8 +8,7 @@ so that every function in scope has at least one, is written as ``vllm-file:`` c
 edit of the installed package); each runs against only the checks that execute its line, those
 that killed its neighbours in the last sweep first (:mod:`harness.mutation.history`), from one
 process (:mod:`harness.mutation.runner`), under a time limit derived from those checks' measured
-times. A mutant on a line no check executes is a survivor without a
-run ("unreached"). A mutant is killed when its run fails a check, errors, crashes or passes its
+times. A mutant on a line no check executes is a survivor without a run ("unreached"). A mutant is killed when its run fails a check, errors, crashes or passes its
 time limit; a check that stops failing (a known deviation passing) kills it too, since behaviour
 changed and the suites saw it.
 
@@ -37,9 +36,7 @@ reaches.
 
 A shard keeps its runs in ``reports/mutation-runs-K-of-N.jsonl`` (its first line names the
 shard, the sample, the seed, the reach map's fingerprint and the kill history's digest, which
-every shard must share) and
-its report in ``reports/mutation-K-of-N.{md,json}``;
-``--merge`` checks the N shards are one sweep and writes the report of the whole sample, the
+every shard must share) and its report in ``reports/mutation-K-of-N.{md,json}``; ``--merge`` checks the N shards are one sweep and writes the report of the whole sample, the
 same an unsharded run writes (the wall times summed).
 
 After the reach map changes (a check added, or the map measured another way), ``--from-report``
