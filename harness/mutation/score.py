@@ -1,16 +1,16 @@
 """The mutation score over vLLM's model code: ``nox -s mutation`` (outside CI).
 
 The scope is measured, not listed: every function of the model family's files
-(:mod:`harness.mutation.reach`), with the checks that execute each line found by running the
-suites under coverage.py (the reach map, measured again when vLLM, the suites or the harness
-change). A seeded sample of first-order mutants (:mod:`harness.mutation.ast_mutants`), stratified
-so that every function in scope has at least one, is written as ``vllm-file:`` copies (never an
-edit of the installed package); each runs against only the checks that execute its line, those
-that killed its neighbours in the last sweep first (:mod:`harness.mutation.history`), from one
-process (:mod:`harness.mutation.runner`), under a time limit derived from those checks' measured
-times. A mutant on a line no check executes is a survivor without a run ("unreached"). A mutant is killed when its run fails a check, errors, crashes or passes its
-time limit; a check that stops failing (a known deviation passing) kills it too, since behaviour
-changed and the suites saw it.
+(:mod:`harness.mutation.reach`), with the checks that execute each line found by running the suites
+under coverage.py (the reach map, measured again when vLLM, the suites or the harness change). A
+seeded sample of first-order mutants (:mod:`harness.mutation.ast_mutants`), stratified so that every
+function in scope has at least one, is written as ``vllm-file:`` copies (never an edit of the
+installed package); each runs against only the checks that execute its line, those that killed its
+neighbours in the last sweep first (:mod:`harness.mutation.history`), from one process
+(:mod:`harness.mutation.runner`), under a time limit derived from those checks' measured times. A
+mutant on a line no check executes is a survivor without a run ("unreached"). A mutant is killed
+when its run fails a check, errors, crashes or passes its time limit; a check that stops failing (a
+known deviation passing) kills it too, since behaviour changed and the suites saw it.
 
 Each survivor is then run again against the whole conformance suites as they are now
 (``--recheck``): a check outside its concern's suites, or one added since, may kill it, and the
@@ -34,10 +34,11 @@ reaches.
     nemotron-vl-mutation-score --merge reports/mutation-runs-*-of-N.jsonl
     nemotron-vl-mutation-score --fresh --from-report reports/mutation.json  # after a new map
 
-A shard keeps its runs in ``reports/mutation-runs-K-of-N.jsonl`` (its first line names the
-shard, the sample, the seed, the reach map's fingerprint and the kill history's digest, which
-every shard must share) and its report in ``reports/mutation-K-of-N.{md,json}``; ``--merge`` checks the N shards are one sweep and writes the report of the whole sample, the
-same an unsharded run writes (the wall times summed).
+A shard keeps its runs in ``reports/mutation-runs-K-of-N.jsonl`` (its first line names the shard,
+the sample, the seed, the reach map's fingerprint and the kill history's digest, which every shard
+must share) and its report in ``reports/mutation-K-of-N.{md,json}``; ``--merge`` checks the N shards
+are one sweep and writes the report of the whole sample, the same an unsharded run writes (the wall
+times summed).
 
 After the reach map changes (a check added, or the map measured another way), ``--from-report``
 goes on from the committed report instead of sampling anew: its results are kept, and only the
