@@ -62,12 +62,14 @@ import time
 import tomllib
 from collections import Counter
 from dataclasses import dataclass
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 from harness import ROOT
 from harness.checkpoints.cache import shared_folders
 from harness.jobs.results import replace_text
+from harness.model_files import installed_file
 from harness.mutation.ast_mutants import AstMutant, candidates, sample, write_mutant_file
 from harness.mutation.history import HistoryError, KillHistory
 from harness.mutation.reach import (
@@ -120,10 +122,6 @@ class Classification:
 def classified_against() -> str:
     """The installed vLLM's version and a digest of the scope files, as a survivor's
     ``classified_against`` records them."""
-    from importlib import metadata
-
-    from harness.model_files import installed_file
-
     digest = hashlib.sha256()
     for entry in SCOPE:
         digest.update(entry.file.as_posix().encode())
