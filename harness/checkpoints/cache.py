@@ -1,12 +1,16 @@
-"""Each checkpoint folder written once: per process, or once per run for every process it starts.
+"""Each checkpoint folder written once: per process, or once for every process of every run.
 
 :func:`checkpoint_folder` writes a variant's folder the first time a process asks for it, into
 a temporary root removed at exit. A test run or a main job starts many processes (targets,
 restarts, the gate's two sides, forked mutant runs), and each would write the same folders again
-(2 s or more each): inside :func:`shared_folders`, every folder is written once into the folder
-named by :data:`SHARED_FOLDERS_ENV`, which started processes inherit. The supervisor opens that
-block without loading a model's libraries, so this module imports torch and the writer only when
-a folder is written.
+(0.3 to 0.5 s each, 40 to 90 MB: the vocabulary's embeddings): inside :func:`shared_folders`,
+every folder is written once into the folder named by :data:`SHARED_FOLDERS_ENV`, which started
+processes inherit. That folder is kept between runs (:data:`DEFAULT_SHARED_FOLDERS`, pruned of
+folders older code wrote), so that a main job run again writes none; ``NEMOTRON_VL_CHECKPOINTS=off``
+gives each run a temporary one instead. A folder's name carries a digest of the code and the
+libraries its bytes come from (:func:`writer_digest`). The supervisor opens the block without
+loading a model's libraries, so this module imports torch and the writer only when a folder is
+written.
 """
 
 from __future__ import annotations
@@ -15,10 +19,12 @@ import atexit
 import contextlib
 import functools
 import hashlib
+import importlib.metadata
 import os
 import shutil
 import tempfile
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -30,46 +36,82 @@ if TYPE_CHECKING:
 
     from harness.checkpoints.spec import ModelSpec
 
-#: The folder of checkpoint folders the processes of one run share.
+#: The folder of checkpoint folders the processes of one run share, or ``off``.
 SHARED_FOLDERS_ENV = "NEMOTRON_VL_CHECKPOINTS"
+#: Where they are kept between runs when :data:`SHARED_FOLDERS_ENV` is not set.
+DEFAULT_SHARED_FOLDERS = ROOT / ".cache" / "checkpoints"
+SHARED_FOLDERS_OFF = "off"
+#: A folder of other code (or a writer's private copy, its writer dead) is removed once it is
+#: this old: a run still reading it would have started that long ago.
+STALE_AFTER_S = 3600.0
 
 
 @contextlib.contextmanager
 def shared_folders() -> Iterator[Path]:
     """Share checkpoint folders with every process started inside the block (they inherit
-    :data:`SHARED_FOLDERS_ENV`); the folder is removed at its end. Inside a block already
-    open (this process's or a parent's), the outer folder is used and left in place."""
+    :data:`SHARED_FOLDERS_ENV`): the folder it names, else the kept one
+    (:data:`DEFAULT_SHARED_FOLDERS`), else (``off``) a temporary one removed at the block's
+    end. Inside a block already open (this process's or a parent's), its folder is used."""
     inherited = os.environ.get(SHARED_FOLDERS_ENV)
-    if inherited:
+    if inherited and inherited != SHARED_FOLDERS_OFF:
         yield Path(inherited)
         return
-    root = Path(tempfile.mkdtemp(prefix="nemotron-vl-checkpoints-shared-"))
+    temporary = inherited == SHARED_FOLDERS_OFF
+    if temporary:
+        root = Path(tempfile.mkdtemp(prefix="nemotron-vl-checkpoints-shared-"))
+    else:
+        root = kept_folders(DEFAULT_SHARED_FOLDERS)
     os.environ[SHARED_FOLDERS_ENV] = str(root)
     try:
         yield root
     finally:
         if os.environ.get(SHARED_FOLDERS_ENV) == str(root):
-            del os.environ[SHARED_FOLDERS_ENV]
-        shutil.rmtree(root, ignore_errors=True)
+            if inherited is None:
+                del os.environ[SHARED_FOLDERS_ENV]
+            else:
+                os.environ[SHARED_FOLDERS_ENV] = inherited
+        if temporary:
+            shutil.rmtree(root, ignore_errors=True)
+
+
+def kept_folders(root: Path, now: float | None = None) -> Path:
+    """``root``, created, without the folders other code wrote or writers left half-written
+    (:data:`STALE_AFTER_S` old or older): the folders of this code stay for the next run."""
+    root.mkdir(parents=True, exist_ok=True)
+    now = time.time() if now is None else now
+    current = f"-{writer_digest()}"
+    for entry in root.iterdir():
+        if entry.name.endswith(current) and not entry.name.startswith("."):
+            continue
+        with contextlib.suppress(OSError):  # another run removed it first
+            if now - entry.stat().st_mtime >= STALE_AFTER_S:
+                shutil.rmtree(entry)
+    return root
 
 
 _FOLDERS: dict[tuple[ModelSpec, int], Path] = {}
 _FOLDERS_LOCK = threading.RLock()
 _TEMP_ROOT: list[Path] = []
 
-#: The code a folder's bytes depend on.
+#: The code a folder's bytes depend on (and the libraries of :data:`_WRITER_LIBRARIES`).
 _WRITER_SOURCES = (
     ROOT / "harness" / "checkpoints" / "spec.py",
     ROOT / "harness" / "checkpoints" / "writer.py",
     ROOT / "fixtures" / "checkpoint" / "configuration_nano_nemotron_vl.py",
     *sorted((ROOT / "reference_impl").rglob("*.py")),
 )
+#: The libraries that draw, serialize and write a folder's tensors and tokenizer.
+_WRITER_LIBRARIES = ("torch", "safetensors", "tokenizers", "transformers")
 
 
 @functools.cache
 def writer_digest() -> str:
-    """A digest of the code that writes the folders (:data:`_WRITER_SOURCES`)."""
+    """A digest of the code that writes the folders (:data:`_WRITER_SOURCES`) and of the
+    versions of the libraries it writes them with: a folder kept between runs is read only by
+    the code and libraries that would write the same bytes."""
     digest = hashlib.sha256()
+    for library in _WRITER_LIBRARIES:
+        digest.update(f"{library}=={importlib.metadata.version(library)}\n".encode())
     for path in _WRITER_SOURCES:
         digest.update(path.relative_to(ROOT).as_posix().encode())
         digest.update(path.read_bytes())
@@ -127,13 +169,13 @@ def write_new_folders_under(root: Path) -> None:
 
 def checkpoint_folder(spec: ModelSpec, seed: int = 0) -> Path:
     """The folder of ``spec``, written once per process into a temporary root removed at exit,
-    or once per run into the folder :data:`SHARED_FOLDERS_ENV` names."""
+    or once into the folder :data:`SHARED_FOLDERS_ENV` names (unless ``off``)."""
     spec = spec.checkpoint
     with _FOLDERS_LOCK:
         key = (spec, seed)
         if key not in _FOLDERS:
             shared = os.environ.get(SHARED_FOLDERS_ENV)
-            if shared:
+            if shared and shared != SHARED_FOLDERS_OFF:
                 _FOLDERS[key] = _shared_folder(Path(shared), spec, seed)
                 return _FOLDERS[key]
             if not _TEMP_ROOT:

@@ -16,7 +16,13 @@ import pytest
 import torch
 
 from harness import ROOT
-from harness.checkpoints.cache import SHARED_FOLDERS_ENV, checkpoint_folder, shared_folders
+from harness.checkpoints import cache
+from harness.checkpoints.cache import (
+    SHARED_FOLDERS_ENV,
+    checkpoint_folder,
+    folder_name,
+    shared_folders,
+)
 from harness.checkpoints.spec import CONFIG_MODULE, ModelSpec
 from harness.checkpoints.writer import write_checkpoint
 from reference_impl.checkpoint import CONV_BIAS_SUFFIXES, read_weights
@@ -149,15 +155,89 @@ def test_processes_of_one_run_share_one_whole_folder(tmp_path):
         assert (path / name).read_bytes() == (alone / name).read_bytes(), name
 
 
-def test_the_shared_folder_lives_for_its_block_and_an_inner_block_keeps_it(monkeypatch):
+SMALL = ModelSpec(image_size=32, audio=False, hidden_size=32)
+
+
+def test_the_kept_folder_is_shared_by_a_block_and_outlives_it(tmp_path, monkeypatch):
+    """Unset, the block shares the kept folder and leaves it (with its folders) for the next
+    run; an inner block keeps the outer one's folder; the variable is unset again after it."""
     monkeypatch.delenv(SHARED_FOLDERS_ENV, raising=False)
+    monkeypatch.setattr(cache, "DEFAULT_SHARED_FOLDERS", tmp_path / "kept")
+    monkeypatch.setattr(cache, "_FOLDERS", {})
     with shared_folders() as outer:
+        assert outer == tmp_path / "kept"
+        assert os.environ[SHARED_FOLDERS_ENV] == str(outer)
+        with shared_folders() as inner:
+            assert inner == outer
+        folder = checkpoint_folder(SMALL)
+        assert folder.parent == outer
+    assert folder.is_dir()
+    assert SHARED_FOLDERS_ENV not in os.environ
+
+
+def test_off_gives_a_run_a_temporary_folder_removed_at_its_end(monkeypatch):
+    monkeypatch.setenv(SHARED_FOLDERS_ENV, cache.SHARED_FOLDERS_OFF)
+    with shared_folders() as outer:
+        assert outer.is_dir()
+        assert outer != cache.DEFAULT_SHARED_FOLDERS
         assert os.environ[SHARED_FOLDERS_ENV] == str(outer)
         with shared_folders() as inner:
             assert inner == outer
         assert outer.is_dir()  # the inner block left the outer one's folder in place
     assert not outer.exists()
-    assert SHARED_FOLDERS_ENV not in os.environ
+    assert os.environ[SHARED_FOLDERS_ENV] == cache.SHARED_FOLDERS_OFF
+
+
+def test_off_outside_a_block_writes_a_folder_per_process(monkeypatch):
+    monkeypatch.setenv(SHARED_FOLDERS_ENV, cache.SHARED_FOLDERS_OFF)
+    monkeypatch.setattr(cache, "_FOLDERS", {})
+    folder = checkpoint_folder(SMALL)
+    assert folder.parent == cache._TEMP_ROOT[0]
+    assert folder.name == f"{folder_name(SMALL)}-seed0"
+
+
+def test_kept_folders_lose_what_other_code_wrote_once_it_is_an_hour_old(tmp_path):
+    """Kept: this code's folders, however old, and anything younger than an hour (a run of
+    other code, or a writer, may still be reading or writing it). Removed: the rest."""
+    digest = cache.writer_digest()
+    now = 1_000_000.0
+    hour = cache.STALE_AFTER_S
+    ages = {
+        f"a-seed0-{digest}": 10 * hour,  # this code's: kept
+        "a-seed0-0123456789ab": hour,  # other code's, an hour old: removed
+        "b-seed0-0123456789ab": hour - 60,  # other code's, younger: kept
+        f".a-seed0-{digest}-x1y2": hour + 1,  # a dead writer's private copy: removed
+        f".a-seed0-{digest}-z3w4": 60,  # a writer still writing: kept
+    }
+    for name, age in ages.items():
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "config.json").write_text("{}")
+        os.utime(tmp_path / name, (now - age, now - age))
+    assert cache.kept_folders(tmp_path, now=now) == tmp_path
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        [f"a-seed0-{digest}", "b-seed0-0123456789ab", f".a-seed0-{digest}-z3w4"]
+    )
+
+
+def test_the_writer_digest_names_the_libraries_that_write_a_folder(monkeypatch):
+    """A new torch (or safetensors, tokenizers, transformers) may draw or serialize other bytes:
+    its folders never share a name with the old one's."""
+    import importlib.metadata
+
+    before = cache.writer_digest()
+    real = importlib.metadata.version
+    cache.writer_digest.cache_clear()
+    try:
+        monkeypatch.setattr(
+            importlib.metadata,
+            "version",
+            lambda name: "0.0.0" if name == "safetensors" else real(name),
+        )
+        assert cache.writer_digest() != before
+    finally:
+        monkeypatch.undo()
+        cache.writer_digest.cache_clear()
+    assert cache.writer_digest() == before
 
 
 def test_a_shared_folder_that_is_gone_is_named(tmp_path, monkeypatch):
