@@ -51,6 +51,7 @@ from xml.etree import ElementTree
 from harness import ROOT
 from harness.checkpoints.cache import shared_folders
 from harness.jobs.cores import CoreShare, cores_shared
+from harness.jobs.forkserver import ForkServer, fork_servers, kind_of
 from harness.jobs.kept import KeptOutcomes, imports_path, options_key, read_imports
 from harness.jobs.report import TargetRun, build_report, exit_status, verdict, write_report
 from harness.jobs.results import (
@@ -99,14 +100,23 @@ def run_target(
     label: str = "",
     groups: int = 1,
     cores: CoreShare | None = None,
+    fork_server: ForkServer | None = None,
 ) -> TargetRun:
     """One target's suites, supervised; with ``groups`` > 1, as that many groups of whole
     modules (``--check-group K/N``), each in its own supervised processes, side by side, their
-    results merged into the target's."""
+    results merged into the target's. Its processes are forked from ``fork_server`` if given."""
     results_path = out_dir / f"results-{slug(selector)}.json"
     results_path.unlink(missing_ok=True)
     run_group = functools.partial(
-        _run_group, selector, device, out_dir, extra, limits, interrupt, cores=cores
+        _run_group,
+        selector,
+        device,
+        out_dir,
+        extra,
+        limits,
+        interrupt,
+        cores=cores,
+        fork_server=fork_server,
     )
     if groups == 1:
         return run_group(label, None)
@@ -171,6 +181,7 @@ def _run_group(
     label: str,
     group: tuple[int, int] | None,
     cores: CoreShare | None = None,
+    fork_server: ForkServer | None = None,
 ) -> TargetRun:
     """One supervised pytest process (and its restarts) for a target, or for one group of its
     checks; its cores handed to the others when it ends (``cores``)."""
@@ -218,6 +229,7 @@ def _run_group(
             cwd=ROOT,
             interrupt=interrupt,
             label=label,
+            fork_server=fork_server,
         ).run()
     progress_path.unlink(missing_ok=True)
     status = supervised.exit_status
@@ -364,6 +376,13 @@ def main(argv: list[str] | None = None) -> int:
         help="targets run at the same time, each in its own supervised processes (default: "
         "as many as there are targets and cores)",
     )
+    parser.add_argument(
+        "--no-fork-server",
+        dest="fork_server",
+        action="store_false",
+        help="start each target process as a new Python (default: fork each from a server "
+        "that imported torch, and vLLM for vLLM's targets, once; harness/jobs/forkserver.py)",
+    )
     try:
         args = parser.parse_args(argv)
     except SystemExit as e:
@@ -418,11 +437,14 @@ def main(argv: list[str] | None = None) -> int:
     cores = os.cpu_count() or 1
     jobs = args.jobs or max(1, min(len(to_run), cores))
     groups = args.groups or max(1, cores // jobs)
-    # Every target's processes, restarts included, read the checkpoint folders written once.
+    # Every target's processes, restarts included, read the checkpoint folders written once,
+    # and are forked from a server that imported torch (and vLLM) once.
+    kinds = [kind_of(t) for t in to_run] if args.fork_server else []
     with (
         shared_folders(),
         Interrupt().installed() as interrupt,
         cores_shared(jobs * groups, cores) as cores_share,
+        fork_servers(kinds) as servers,
     ):
 
         def run(selector: str) -> TargetRun:
@@ -441,6 +463,7 @@ def main(argv: list[str] | None = None) -> int:
                 label,
                 groups,
                 cores=cores_share,
+                fork_server=servers.get(kind_of(selector)),
             )
             if not interrupt:
                 keep_clean_run(kept, options[selector], done, out_dir, groups)

@@ -45,6 +45,7 @@ from harness.checkpoints.cache import shared_folders
 from harness.jobs.conformance import run_target, split_pytest_args
 from harness.jobs.cores import CoreShare, cores_shared
 from harness.jobs.deviations import deviations_path
+from harness.jobs.forkserver import ForkServer, fork_servers
 from harness.jobs.report import TargetRun, build_report, write_report
 from harness.jobs.report import verdict as run_verdict
 from harness.jobs.results import Outcome, ResultsError, TargetStatus, read_results
@@ -164,6 +165,7 @@ def run_side(
     cache: Path | None,
     groups: int = 1,
     cores: CoreShare | None = None,
+    fork_server: ForkServer | None = None,
 ) -> Side:
     """One side's run (``groups`` of whole modules side by side), or its cached results."""
     side_out = out / name
@@ -189,6 +191,7 @@ def run_side(
         label=name,
         groups=groups,
         cores=cores,
+        fork_server=fork_server,
     )
     side = Side(name, rev, files, run, round(time.monotonic() - start, 1))
     write_report(build_report([run], command=f"gate {name} side ({rev})"), side_out)
@@ -372,11 +375,18 @@ def main(argv: list[str] | None = None) -> int:
         shared_folders(),
         Interrupt().installed() as interrupt,
         cores_shared(groups) as cores,
+        fork_servers(["vllm"]) as servers,
     ):
         base_files = export_side(repo, args.base, touched, out / "base" / "src")
         head_files = export_side(repo, args.head, touched, out / "head" / "src")
         run = functools.partial(
-            run_side, out=out, extra=extra, limits=limits, interrupt=interrupt, groups=groups
+            run_side,
+            out=out,
+            extra=extra,
+            limits=limits,
+            interrupt=interrupt,
+            groups=groups,
+            fork_server=servers["vllm"],
         )
         # The head first: a head that cannot run (an import vLLM lacks) ends the gate without
         # the base side's run, whose results it could not be compared with.

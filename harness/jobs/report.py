@@ -167,6 +167,7 @@ def _supervision(run: TargetRun) -> dict[str, Any]:
             "peak_memory_gib": None,
             "slowest_check": None,
             "derived_check_timeout_s": None,
+            "processes": {"forked": 0, "new": 0},
         }
     slowest = supervised.slowest_check
     return {
@@ -176,6 +177,7 @@ def _supervision(run: TargetRun) -> dict[str, Any]:
         "peak_memory_gib": round(supervised.peak_memory_gib, 3),
         "slowest_check": {"id": slowest[0], "wall_s": slowest[1]} if slowest else None,
         "derived_check_timeout_s": supervised.derived_check_timeout_s,
+        "processes": {"forked": supervised.forked, "new": supervised.started_new},
     }
 
 
@@ -548,6 +550,20 @@ def _phase_section(targets: list[dict[str, Any]], report_s: float | None) -> lis
         phases = [f"{t['phases'].get(phase, 0.0):.1f}" for phase in _PHASE_HEADS]
         wall = "" if t.get("wall_s") is None else f"{t['wall_s']:.1f}"
         lines.append(f"| `{t['selector']}` | " + " | ".join(phases) + f" | {wall} |")
+    started = [
+        (t["selector"], t["processes"]) for t in timed if sum(t.get("processes", {}).values())
+    ]
+    if started:
+        lines += [
+            "",
+            "Target processes (restarts and groups included): "
+            + "; ".join(
+                f"`{selector}` {p['forked']} forked from a server that imported torch (and "
+                f"vLLM for vLLM's targets) once, {p['new']} started as a new Python"
+                for selector, p in started
+            )
+            + " (harness/jobs/forkserver.py; `--no-fork-server` starts each new).",
+        ]
     for t in timed:
         answers = t.get("oracle_answers") or {}
         if any(answers.values()):

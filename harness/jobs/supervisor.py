@@ -40,7 +40,9 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
+from typing import IO, Protocol
 
+from harness.jobs.forkserver import ForkedProcess, ForkServer, ForkServerError
 from harness.jobs.results import (
     STARTED_AT_ENV,
     Incident,
@@ -116,6 +118,8 @@ class Supervised:
     #: the limit of each check after the first timeout (None: no check timed out)
     derived_check_timeout_s: float | None = None
     wall_s: float = 0.0  # from the first start to the last process's end
+    forked: int = 0  # processes forked from a fork server
+    started_new: int = 0  # processes started as a new Python
     output_tail: list[str] = field(default_factory=list)  # the last process's last lines
 
     @property
@@ -175,14 +179,37 @@ def group_memory_bytes(pgid: int) -> int:
     return total
 
 
-def kill_group(proc: subprocess.Popen[bytes], signum: int = signal.SIGKILL) -> None:
-    """Kill the target's whole process group (its own session) and reap it."""
+class TargetProcess(Protocol):
+    """A target's pytest process, in its own session: started new (``subprocess.Popen``) or
+    forked from a fork server (:class:`harness.jobs.forkserver.ForkedProcess`)."""
+
+    pid: int
+    returncode: int | None
+
+    @property
+    def stdout(self) -> IO[bytes] | None: ...
+
+    def poll(self) -> int | None: ...
+
+    def wait(self, timeout: float | None = None) -> int: ...
+
+
+def signal_group(proc: TargetProcess, signum: int) -> None:
+    """Signal the target's whole process group (its own session)."""
+    if isinstance(proc, ForkedProcess):
+        proc.signal_group(signum)  # through its server, which has not reaped it yet
+        return
     with suppress(ProcessLookupError):
         os.killpg(proc.pid, signum)
+
+
+def kill_group(proc: TargetProcess, signum: int = signal.SIGKILL) -> None:
+    """Kill the target's whole process group and reap it."""
+    signal_group(proc, signum)
     try:
         proc.wait(timeout=KILL_GRACE_S)
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
+        signal_group(proc, signal.SIGKILL)
         proc.wait()
 
 
@@ -196,7 +223,7 @@ def how_it_ended(returncode: int) -> str:
     return f"exited with status {returncode} before its pytest session ended"
 
 
-def _echo(proc: subprocess.Popen[bytes], tail: collections.deque[str], label: str) -> None:
+def _echo(proc: TargetProcess, tail: collections.deque[str], label: str) -> None:
     """Copy the child's output to ours as it comes (each line after ``label`` when two targets
     run at once), keeping its last lines for the report."""
     assert proc.stdout is not None
@@ -236,8 +263,11 @@ class Supervisor:
         cwd: Path,
         interrupt: Interrupt,
         label: str = "",
+        fork_server: ForkServer | None = None,
     ) -> None:
         self.label = label
+        #: where its processes are forked from (None: each a new Python)
+        self.fork_server = fork_server
         self.command = command
         self.results = results
         self.progress = progress
@@ -336,13 +366,7 @@ class Supervisor:
         recorded = {check["id"] for check in results["checks"]} if results else set()
         if results is None or all(check["id"] in recorded for check in self.stopped):
             return
-        proc = subprocess.Popen(
-            self._command(resume=True, record_only=True),
-            cwd=self.cwd,
-            start_new_session=True,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
+        proc = self._start(self._command(resume=True, record_only=True), quiet=True)
         try:
             returncode = proc.wait(timeout=self.limits.check_timeout_s)
         except subprocess.TimeoutExpired:
@@ -360,14 +384,7 @@ class Supervisor:
 
     def _watch(self, resume: bool) -> _Watch:
         self.progress.unlink(missing_ok=True)
-        proc = subprocess.Popen(
-            self._command(resume),
-            cwd=self.cwd,
-            env={**os.environ, STARTED_AT_ENV: repr(time.time())},  # its start-up, measured
-            start_new_session=True,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-        )
+        proc = self._start(self._command(resume))
         tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
         echo = threading.Thread(target=_echo, args=(proc, tail, self.label), daemon=True)
         echo.start()
@@ -377,7 +394,43 @@ class Supervisor:
             echo.join(timeout=KILL_GRACE_S)
             self.outcome.output_tail = list(tail)
 
-    def _watch_process(self, proc: subprocess.Popen[bytes]) -> _Watch:
+    def _interrupted(self) -> bool:
+        return bool(self.interrupt)
+
+    def _start(self, command: list[str], *, quiet: bool = False) -> TargetProcess:
+        """``command`` in its own session: forked from the fork server when it is
+        ``python -m pytest ...`` and a server is given, else a new process. Quiet, its output
+        is dropped; else it is read from ``stdout``."""
+        env = {**os.environ, STARTED_AT_ENV: repr(time.time())}  # its start-up, measured
+        if self.fork_server is not None and command[:3] == [sys.executable, "-m", "pytest"]:
+            try:
+                forked = self.fork_server.start(
+                    command[3:], env, self.cwd, quiet=quiet, interrupted=self._interrupted
+                )
+                self.outcome.forked += 1
+                return forked
+            except ForkServerError as e:
+                # Interrupted: the process started below is stopped at once, as it always was.
+                if not self.interrupt:
+                    print(
+                        f"harness.jobs.supervisor: {e}; this target's processes start as new "
+                        "processes from now on",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+                    self.fork_server = None
+        output = subprocess.DEVNULL if quiet else subprocess.PIPE
+        self.outcome.started_new += 1
+        return subprocess.Popen(
+            command,
+            cwd=self.cwd,
+            env=env,
+            start_new_session=True,
+            stdout=output,
+            stderr=subprocess.DEVNULL if quiet else subprocess.STDOUT,
+        )
+
+    def _watch_process(self, proc: TargetProcess) -> _Watch:
         limit_bytes = self.limits.memory_limit_gib * 2**30
         running, since = "", time.monotonic()
         while True:
@@ -393,9 +446,7 @@ class Supervisor:
             if self.interrupt:
                 kill_group(proc)
                 name = signal.Signals(self.interrupt.signal or signal.SIGINT).name
-                return _Watch(
-                    proc.returncode, self._incident(IncidentKind.INTERRUPTED, running, name)
-                )
+                return _Watch(proc.wait(), self._incident(IncidentKind.INTERRUPTED, running, name))
             limit = self._limit_of(running)
             if now - since > limit:
                 kill_group(proc)
@@ -412,9 +463,7 @@ class Supervisor:
                     f"exceeded {which} of {limit:g} s{basis}; the target process was killed (a "
                     "loop in compiled code cannot be interrupted from within)"
                 )
-                return _Watch(
-                    proc.returncode, self._incident(IncidentKind.TIMEOUT, running, detail)
-                )
+                return _Watch(proc.wait(), self._incident(IncidentKind.TIMEOUT, running, detail))
             used = group_memory_bytes(proc.pid)
             self.outcome.peak_memory_gib = max(self.outcome.peak_memory_gib, used / 2**30)
             if used > limit_bytes:
@@ -423,7 +472,7 @@ class Supervisor:
                     f"the target process group used {used / 2**30:.2f} GiB, over the memory "
                     f"limit of {self.limits.memory_limit_gib:g} GiB; it was killed"
                 )
-                return _Watch(proc.returncode, self._incident(IncidentKind.MEMORY, running, detail))
+                return _Watch(proc.wait(), self._incident(IncidentKind.MEMORY, running, detail))
             time.sleep(POLL_S)
         if self._session_ended():
             return _Watch(returncode)
@@ -493,5 +542,7 @@ def merge_supervised(parts: list[Supervised]) -> Supervised:
         slowest_check=max(slowest, key=lambda c: c[1]) if slowest else None,
         derived_check_timeout_s=max(derived) if derived else None,
         wall_s=max(p.wall_s for p in parts),
+        forked=sum(p.forked for p in parts),
+        started_new=sum(p.started_new for p in parts),
         output_tail=(with_incidents or parts)[-1].output_tail,
     )

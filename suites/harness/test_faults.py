@@ -16,6 +16,7 @@ run once each, two at a time (:func:`main_jobs`).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -35,6 +36,7 @@ from harness.model_files import installed_model_file
 from harness.mutation.file_mutants import FAULTS, write_mutant
 from suites.harness.helpers import (
     ROOT,
+    alive,
     needs_vllm,
     one_thread_env,
     selected_tests,
@@ -341,7 +343,7 @@ def test_an_interrupted_run_still_writes_its_report(tmp_path: Path) -> None:
         proc.kill()
         pytest.fail(f"the looping check never started; output:\n{proc.communicate()[0][-3000:]}")
     time.sleep(1.0)  # inside the loop now
-    children = target_processes(out)
+    children = target_processes(proc.pid)
     proc.send_signal(signal.SIGTERM)
     output, _ = proc.communicate(timeout=60)
     assert proc.returncode == 2, output[-3000:]
@@ -371,24 +373,24 @@ def next_progress_file(out: Path) -> Any:
     return read
 
 
-def target_processes(out: Path) -> list[int]:
-    """Processes whose command line names this run's results file (the target's pytest)."""
+def target_processes(main_job: int) -> list[int]:
+    """Processes holding a pipe the main job reads, beyond its own standard streams: its targets'
+    pytest processes (forked from a fork server or started new; pytest's capture moves their
+    output pipe off descriptor 1 while a check runs) and whatever they started."""
+    pipes = set()
+    for fd in os.listdir(f"/proc/{main_job}/fd"):
+        with contextlib.suppress(OSError):
+            link = os.readlink(f"/proc/{main_job}/fd/{fd}")
+            if int(fd) > 2 and link.startswith("pipe:"):
+                pipes.add(link)
     found = []
     for entry in os.listdir("/proc"):
-        if not entry.isdigit():
+        if not entry.isdigit() or int(entry) in (main_job, os.getpid()):
             continue
-        try:
-            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes().decode(errors="replace")
-        except OSError:
-            continue
-        if f"--results-json={out}" in cmdline and "pytest" in cmdline:
-            found.append(int(entry))
+        with contextlib.suppress(OSError):
+            links = {
+                os.readlink(f"/proc/{entry}/fd/{fd}") for fd in os.listdir(f"/proc/{entry}/fd")
+            }
+            if links & pipes:
+                found.append(int(entry))
     return found
-
-
-def alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
-    except OSError:
-        return False
-    return state != "Z"

@@ -173,13 +173,25 @@ def _main_job(out, *args):
 @pytest.mark.vllm
 def test_targets_side_by_side_give_the_results_they_give_one_after_the_other(tmp_path):
     """The main job runs its targets at the same time (--jobs, by default one per target up to
-    the cores): every check's outcome is the one a sequential run gives, and each line of the
-    interleaved output says whose it is."""
+    the cores), each process forked from a server that imported torch and vLLM once: every
+    check's outcome is the one a sequential run of processes started as new Pythons gives
+    (``--no-fork-server``), and each line of the interleaved output says whose it is."""
     selection = ["--", "-k", "pass_through_verbatim or connector"]
-    targets = ["--target", "reference", "--target", "vllm"]
+    # One process per target, on any number of cores.
+    targets = ["--target", "reference", "--target", "vllm", "--groups", "1"]
     together = _main_job(tmp_path / "together", *targets, "--jobs", "2", *selection)
-    apart = _main_job(tmp_path / "apart", *targets, "--jobs", "1", *selection)
+    apart = _main_job(tmp_path / "apart", *targets, "--jobs", "1", "--no-fork-server", *selection)
     assert together.returncode == apart.returncode == 0, together.stdout[-3000:]
+
+    def processes(out):
+        report = json.loads((out / "conformance.json").read_text())
+        return {t["selector"]: t["processes"] for t in report["targets"]}
+
+    forked = {"forked": 1, "new": 0}
+    assert processes(tmp_path / "together") == {"reference": forked, "vllm": forked}
+    new = {"forked": 0, "new": 1}
+    assert processes(tmp_path / "apart") == {"reference": new, "vllm": new}
+    assert "`vllm` 1 forked from a server" in (tmp_path / "together" / "conformance.md").read_text()
 
     def outcomes(out):
         report = json.loads((out / "conformance.json").read_text())

@@ -11,12 +11,7 @@ import pytest
 
 from harness.checkpoints.cache import SHARED_FOLDERS_ENV
 from harness.model_files import MODEL_FAMILY_MODULES
-from harness.mutation.runner import (
-    SuiteJob,
-    preload,
-    run_many,
-    run_one,
-)
+from harness.mutation.runner import SuiteJob, preload, run_many, run_one
 from suites.harness.helpers import ROOT, needs_vllm
 
 CHECK = (
@@ -66,14 +61,14 @@ def test_bad_options_are_named(options, message):
 #: tests may have imported everything a build needs already).
 BUILD_IMPORTS_SCRIPT = """
 import json, sys, torch
-from harness.mutation import runner
-runner.WARM_BUILD_LIMIT_S = 60
+from harness.jobs import preload
+preload.WARM_BUILD_LIMIT_S = 60
 # The parent's OpenMP pool started before the fork: a child that used it hung.
 torch.set_num_threads(2)
 matrix = torch.randn(512, 512)
 (matrix @ matrix).sum()
 before = set(sys.modules)
-found = runner.modules_a_build_imports()
+found = preload.modules_a_build_imports()
 print(json.dumps({"found": found, "new_in_parent": sorted(set(sys.modules) - before),
                   "already_imported": sorted(set(found) & before)}))
 """

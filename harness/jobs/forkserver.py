@@ -1,0 +1,506 @@
+"""A preloaded parent for the supervisor's target processes: each one a fork, not a new Python.
+
+A target process starts by importing torch, pytest, hypothesis and, for vLLM's targets, vLLM
+with everything its model's build imports: about 10 s of CPU on a 2-core machine, paid again by
+every process a main job starts (one per target and check group, and one more after each fault).
+A fork server imports them once (:func:`harness.jobs.preload.preload_target_imports`); each
+target process is a fork of it that runs ``pytest.main(ARGS)`` in the environment and folder it
+is given.
+
+The server listens on a Unix socket (``SOCK_SEQPACKET``: one message per request or answer).
+A client sends one request, a JSON object ``{"args": [...], "env": {...}, "cwd": "..."}``, with
+the write end of its output pipe attached; the server forks a child, which starts its own
+session (its process group is the pid: the supervisor samples and kills the group, as it does a
+process it started) and runs the session, and answers ``pid N``. When the child ends the server
+answers ``exit S`` (S as :func:`os.waitstatus_to_exitcode` gives it: negative for a signal).
+The client may send ``kill SIG`` meanwhile: the server signals the child's group while the child
+is still its own (not yet reaped), so a pid used again is never signalled. A client that goes
+away takes its child with it (SIGKILL to its group); a server whose standard input closes (the
+main job ended) kills its children and exits.
+
+The server only imports before it forks: it starts no torch thread pool (a child that inherits
+a used OpenMP pool waits for its threads forever), so each child sets its own thread count, as
+a new process would from ``OMP_NUM_THREADS``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+from harness import ROOT
+
+#: What a fork server preloads: ``torch`` (torch, pytest, hypothesis: the reference's targets)
+#: or ``vllm`` (also vLLM and what its model's build imports).
+KINDS = ("torch", "vllm")
+#: The longest a server may take to import what it preloads (measured: 11 s on a 2-core
+#: machine; a loaded machine without AVX-512 is several times slower).
+PRELOAD_LIMIT_S = 300.0
+#: The longest a ready server takes to answer a request with its child's pid (a fork: ms).
+ANSWER_LIMIT_S = 60.0
+POLL_S = 0.05
+_MESSAGE = 1 << 20  # the largest message: a request carries the whole environment
+#: The folder of the fork servers a test run shares with the main jobs its tests start.
+SHARED_SERVERS_ENV = "NEMOTRON_VL_FORK_SERVERS"
+
+
+def kind_of(selector: str) -> str:
+    """The fork server a target's processes come from: vLLM's targets need vLLM preloaded."""
+    return "vllm" if selector.startswith("vllm") else "torch"
+
+
+# ---------------------------------------------------------------------------------------------
+# The server
+
+
+@dataclass
+class _Client:
+    conn: socket.socket
+    pid: int | None = None
+
+
+@dataclass
+class _Server:
+    listener: socket.socket
+    clients: dict[int, _Client] = field(default_factory=dict)  # by the connection's fd
+    children: dict[int, _Client] = field(default_factory=dict)  # by the child's pid
+
+    def serve(self) -> None:
+        """Answer requests until standard input closes."""
+        stdin = sys.stdin.fileno()
+        while True:
+            sockets = [self.listener.fileno(), stdin, *self.clients]
+            ready, _, _ = select.select(sockets, [], [], POLL_S)
+            for fd in ready:
+                if fd == stdin:
+                    if not os.read(stdin, 1 << 12):
+                        self._stop()
+                        return
+                elif fd == self.listener.fileno():
+                    conn, _ = self.listener.accept()
+                    self.clients[conn.fileno()] = _Client(conn)
+                else:
+                    self._receive(self.clients[fd])
+            self._reap()
+
+    def _receive(self, client: _Client) -> None:
+        try:
+            data, fds, _, _ = socket.recv_fds(client.conn, _MESSAGE, 1)
+        except OSError:
+            data, fds = b"", []
+        if not data:  # the client went away: its child goes too
+            if client.pid is not None and client.pid in self.children:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(client.pid, signal.SIGKILL)
+            self._drop(client)
+            return
+        text = data.decode()
+        if text.startswith("kill "):
+            if client.pid is not None and client.pid in self.children:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(client.pid, int(text.split()[1]))
+            return
+        if client.pid is not None or len(fds) != 1:
+            for fd in fds:
+                os.close(fd)
+            self._answer(client, "error: expected one request, with its output pipe attached")
+            return
+        (output,) = fds
+        try:
+            request = json.loads(text)
+            args, env, cwd = request["args"], request["env"], request["cwd"]
+        except (ValueError, KeyError, TypeError) as e:
+            os.close(output)
+            self._answer(client, f"error: a request is a JSON object of args, env, cwd: {e}")
+            return
+        client.pid = self._fork(args, env, cwd, output)
+        self.children[client.pid] = client
+        self._answer(client, f"pid {client.pid}")
+
+    def _fork(self, args: list[str], env: dict[str, str], cwd: str, output: int) -> int:
+        started_r, started_w = os.pipe()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:
+            os.close(started_r)
+            _child(args, env, cwd, output, started_w, [self.listener, *self._connections()])
+        os.close(started_w)
+        os.close(output)
+        os.read(started_r, 1)  # its own session started (or it died): its group can be signalled
+        os.close(started_r)
+        return pid
+
+    def _connections(self) -> list[socket.socket]:
+        return [client.conn for client in self.clients.values()]
+
+    def _reap(self) -> None:
+        while self.children:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            client = self.children.pop(pid, None)
+            if client is not None:
+                self._answer(client, f"exit {os.waitstatus_to_exitcode(status)}")
+
+    def _answer(self, client: _Client, message: str) -> None:
+        try:
+            client.conn.send(message.encode())
+        except OSError:
+            self._drop(client)
+
+    def _drop(self, client: _Client) -> None:
+        self.clients.pop(client.conn.fileno(), None)
+        client.conn.close()
+
+    def _stop(self) -> None:
+        for pid in list(self.children):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGKILL)
+        for pid in list(self.children):
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, 0)
+        self.children.clear()
+
+
+def _child(
+    args: list[str],
+    env: dict[str, str],
+    cwd: str,
+    output: int,
+    started: int,
+    inherited: Sequence[socket.socket],
+) -> None:
+    """The forked child: a target process, as ``python -m pytest ARGS`` would start in ``cwd``
+    with ``env``; it exits with pytest's status and never returns."""
+    status = 3
+    try:
+        os.setsid()  # its own process group: a limit kills whatever it started
+        os.write(started, b"1")
+        os.close(started)
+        for sock in inherited:  # the server's: a client must see the server's end, not ours
+            sock.close()
+        for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGCHLD):
+            signal.signal(signum, signal.SIG_DFL)
+        os.dup2(output, 1)
+        os.dup2(output, 2)
+        os.close(output)
+        devnull = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(devnull, 0)
+        os.close(devnull)
+        # Never closed: the child leaves by os._exit, after flushing them.
+        sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115
+        sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
+        sys.stdin = open(0, closefd=False)  # noqa: SIM115
+        os.chdir(cwd)
+        os.environ.clear()
+        os.environ.update(env)
+        sys.argv = [sys.executable, "-m", "pytest", *args]
+        import pytest
+        import torch
+
+        # A new process reads its thread count from the environment when torch starts; the
+        # server's torch started before this child's environment was set.
+        threads = env.get("OMP_NUM_THREADS", "")
+        torch.set_num_threads(int(threads) if threads.isdigit() and int(threads) > 0 else _cores())
+        status = int(pytest.main(args))
+    except SystemExit as e:
+        status = e.code if isinstance(e.code, int) else 1
+    except BaseException:
+        import traceback
+
+        traceback.print_exc()
+    finally:
+        with contextlib.suppress(Exception):
+            sys.stdout.flush()
+            sys.stderr.flush()
+        os._exit(status)
+
+
+def _cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def serve(path: Path, kind: str) -> None:
+    """Preload, then listen on ``path`` (its socket appearing says the server is ready) and
+    answer requests until standard input closes. A preload that fails leaves its cause in
+    ``PATH.failed`` for the clients waiting."""
+    from harness.jobs.preload import preload_target_imports
+
+    try:
+        # Not the plugins (the harness's, hypothesis's): pytest rewrites their asserts, as in a
+        # new process, only if it imports them itself.
+        preload_target_imports(vllm=kind == "vllm")
+    except BaseException:
+        import traceback
+
+        failed_path(path).write_text(traceback.format_exc())
+        raise
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    listener.bind(str(path))
+    listener.listen(64)
+    _Server(listener).serve()
+
+
+def failed_path(path: Path) -> Path:
+    return path.with_name(path.name + ".failed")
+
+
+# ---------------------------------------------------------------------------------------------
+# The client
+
+
+class ForkServerError(RuntimeError):
+    """The fork server could not start a process (it is gone, or refused the request)."""
+
+
+class ForkedProcess:
+    """A target process a fork server started: what the supervisor uses of ``subprocess.Popen``
+    (``pid``, ``stdout``, ``returncode``, ``poll``, ``wait``) and :meth:`signal_group`."""
+
+    def __init__(
+        self,
+        path: Path,
+        args: Sequence[str],
+        env: dict[str, str],
+        cwd: Path,
+        *,
+        quiet: bool = False,
+    ) -> None:
+        self.returncode: int | None = None
+        # Quiet: the child's output goes nowhere, and nothing is there to read.
+        read, write = (-1, os.open(os.devnull, os.O_WRONLY)) if quiet else os.pipe()
+        self._conn = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            self._conn.connect(str(path))
+            request = json.dumps({"args": list(args), "env": env, "cwd": str(cwd)}).encode()
+            socket.send_fds(self._conn, [request], [write])
+            os.close(write)
+            write = -1
+            answer = self._next(ANSWER_LIMIT_S)
+        except (OSError, TimeoutError) as e:
+            self._conn.close()
+            if read >= 0:
+                os.close(read)
+            raise ForkServerError(f"fork server {path}: {e}") from e
+        finally:
+            if write >= 0:
+                os.close(write)
+        if not answer.startswith("pid "):
+            self._conn.close()
+            if read >= 0:
+                os.close(read)
+            raise ForkServerError(f"fork server {path}: {answer or 'it ended'}")
+        self.pid = int(answer.split()[1])
+        self.stdout: IO[bytes] | None = os.fdopen(read, "rb") if read >= 0 else None
+
+    def _next(self, timeout: float | None) -> str:
+        """The server's next answer ("" when it is gone); raises TimeoutError after
+        ``timeout`` seconds."""
+        ready, _, _ = select.select([self._conn], [], [], timeout)
+        if not ready:
+            raise TimeoutError(f"no answer from the fork server in {timeout} s")
+        try:
+            return self._conn.recv(_MESSAGE).decode()
+        except OSError:
+            return ""
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            with contextlib.suppress(TimeoutError):
+                self._settle(self._next(0))
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.returncode is None:
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                raise subprocess.TimeoutExpired("fork server child", timeout or 0.0)
+            try:
+                self._settle(self._next(left))
+            except TimeoutError:
+                continue
+        return self.returncode
+
+    def _settle(self, answer: str) -> None:
+        if answer.startswith("exit "):
+            self.returncode = int(answer.split()[1])
+        elif not answer:  # the server is gone: its child is taken down with it
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.pid, signal.SIGKILL)
+            self.returncode = -signal.SIGKILL
+        if self.returncode is not None:
+            self._conn.close()
+
+    def signal_group(self, signum: int) -> None:
+        """Signal the child's process group, through the server while the child is its own."""
+        if self.returncode is None:
+            with contextlib.suppress(OSError):
+                self._conn.send(f"kill {signum}".encode())
+
+
+@dataclass
+class ForkServer:
+    """A server of one kind, at ``path``: started by this process (``process``), or by another
+    and shared (a test run's, :data:`SHARED_SERVERS_ENV`)."""
+
+    kind: str
+    path: Path
+    process: subprocess.Popen[bytes] | None = None
+
+    def wait_ready(self, interrupted: Callable[[], bool] = lambda: False) -> None:
+        """Return once the server listens; raise :class:`ForkServerError` if its preload failed,
+        it ended, it is not ready within :data:`PRELOAD_LIMIT_S`, or ``interrupted()``."""
+        deadline = time.monotonic() + PRELOAD_LIMIT_S
+        while not self.path.exists():
+            failed = failed_path(self.path)
+            if failed.is_file():
+                cause = failed.read_text(errors="replace").strip().splitlines()[-1:]
+                raise ForkServerError(f"fork server {self.kind}: its preload failed: {cause}")
+            if self.process is not None and self.process.poll() is not None:
+                raise ForkServerError(
+                    f"fork server {self.kind}: it ended ({self.process.returncode}) before it "
+                    "was ready"
+                )
+            if interrupted():
+                raise ForkServerError(f"fork server {self.kind}: interrupted")
+            if time.monotonic() > deadline:
+                raise ForkServerError(
+                    f"fork server {self.kind}: not ready in {PRELOAD_LIMIT_S:g} s"
+                )
+            time.sleep(POLL_S)
+
+    def start(
+        self,
+        args: Sequence[str],
+        env: dict[str, str],
+        cwd: Path,
+        *,
+        quiet: bool = False,
+        interrupted: Callable[[], bool] = lambda: False,
+    ) -> ForkedProcess:
+        """``python -m pytest ARGS`` in ``cwd`` with ``env``, forked from the server once it is
+        ready."""
+        self.wait_ready(interrupted)
+        return ForkedProcess(self.path, args, env, cwd, quiet=quiet)
+
+
+def start_server(kind: str, folder: Path) -> ForkServer:
+    """A fork server of ``kind`` in ``folder``, started now; it preloads in the background
+    (:meth:`ForkServer.wait_ready`)."""
+    if kind not in KINDS:
+        raise ValueError(f"fork server kind: expected one of {KINDS}, got {kind!r}")
+    path = folder / f"{kind}.sock"
+    # Threads are set per child; the server's torch must not start with a count of its own.
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
+    command = [sys.executable, "-m", "harness.jobs.forkserver", "--socket", str(path)]
+    process = subprocess.Popen(
+        [*command, "--kind", kind],
+        cwd=ROOT,
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,  # a failed preload's cause goes to PATH.failed
+        start_new_session=True,
+    )
+    return ForkServer(kind, path, process)
+
+
+def stop_server(server: ForkServer) -> None:
+    """Close the server's standard input: it kills what it still runs and exits."""
+    process = server.process
+    if process is None:
+        return
+    assert process.stdin is not None
+    with contextlib.suppress(OSError):
+        process.stdin.close()
+    try:
+        process.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
+@contextlib.contextmanager
+def fork_servers(kinds: Sequence[str]) -> Iterator[dict[str, ForkServer]]:
+    """A fork server of each of ``kinds`` for the block: the test run's (shared, when
+    :data:`SHARED_SERVERS_ENV` names the servers of this checkout), else started now, preloading
+    side by side, and stopped at the block's end."""
+    wanted = list(dict.fromkeys(kinds))
+    shared = shared_servers(wanted)
+    if shared is not None:
+        yield shared
+        return
+    servers: dict[str, ForkServer] = {}
+    with tempfile.TemporaryDirectory(prefix="nemotron-vl-forkserver-") as folder:
+        try:
+            for kind in wanted:
+                servers[kind] = start_server(kind, Path(folder))
+            yield servers
+        finally:
+            for server in servers.values():
+                stop_server(server)
+
+
+def shared_servers(kinds: Sequence[str]) -> dict[str, ForkServer] | None:
+    """The servers of ``kinds`` that :data:`SHARED_SERVERS_ENV` names, if it names this
+    checkout's (a server preloads this checkout's harness) and has each kind."""
+    folder = Path(os.environ.get(SHARED_SERVERS_ENV) or "/nonexistent")
+    try:
+        root = (folder / "root").read_text()
+    except OSError:
+        return None
+    if root != str(ROOT) or not set(kinds) <= set(KINDS):
+        return None
+    return {kind: ForkServer(kind, folder / f"{kind}.sock") for kind in kinds}
+
+
+@contextlib.contextmanager
+def shared_with_started_processes() -> Iterator[Path]:
+    """Fork servers of every kind for the block, shared with every main job started inside it
+    (its processes inherit :data:`SHARED_SERVERS_ENV`): a test run's, whose tests start dozens."""
+    with tempfile.TemporaryDirectory(prefix="nemotron-vl-forkservers-") as name:
+        folder = Path(name)
+        (folder / "root").write_text(str(ROOT))
+        servers = [start_server(kind, folder) for kind in KINDS]
+        before = os.environ.get(SHARED_SERVERS_ENV)
+        os.environ[SHARED_SERVERS_ENV] = str(folder)
+        try:
+            yield folder
+        finally:
+            if before is None:
+                os.environ.pop(SHARED_SERVERS_ENV, None)
+            else:
+                os.environ[SHARED_SERVERS_ENV] = before
+            for server in servers:
+                stop_server(server)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--socket", type=Path, required=True, help="the Unix socket to listen on")
+    parser.add_argument("--kind", choices=KINDS, required=True, help="what to preload")
+    args = parser.parse_args(argv)
+    serve(args.socket, args.kind)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

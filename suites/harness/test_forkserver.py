@@ -1,0 +1,150 @@
+"""The fork server: target processes forked from one that imported torch (and vLLM) once.
+
+Each test starts a real server of the ``torch`` kind (it preloads in about 2 s) and runs small
+pytest sessions in its children, checking what the supervisor relies on: the session runs in the
+folder and environment it is given, its output arrives through the pipe, its exit status is
+pytest's (or the signal that ended it), its process group can be killed through the server, and
+a client that goes away takes its child with it. The main job's own outcomes with and without
+the server are compared in ``test_report.py``.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from harness.jobs.forkserver import (
+    ForkServer,
+    ForkServerError,
+    failed_path,
+    kind_of,
+    start_server,
+    stop_server,
+)
+from harness.jobs.supervisor import group_memory_bytes, kill_group
+from suites.harness.helpers import alive
+
+CHECKS = """
+import os, signal, time
+
+def test_environment_and_folder():
+    assert os.environ["FORKED_CHECK"] == "yes"
+    assert os.getcwd() == os.environ["EXPECTED_CWD"]
+    print("hello from the child")
+
+def test_fails():
+    assert 1 == 2
+
+def test_segfaults():
+    os.kill(os.getpid(), signal.SIGSEGV)
+
+def test_sleeps():
+    time.sleep(600)
+"""
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ForkServer]:
+    started = start_server("torch", tmp_path_factory.mktemp("servers"))
+    try:
+        started.wait_ready()
+        yield started
+    finally:
+        stop_server(started)
+
+
+@pytest.fixture
+def checks(tmp_path: Path) -> Path:
+    (tmp_path / "test_forked.py").write_text(CHECKS)
+    return tmp_path
+
+
+def session(folder: Path, selection: str) -> list[str]:
+    return [
+        str(folder / "test_forked.py"),
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "-k",
+        selection,
+    ]
+
+
+def environment(folder: Path) -> dict[str, str]:
+    return {**os.environ, "FORKED_CHECK": "yes", "EXPECTED_CWD": str(folder)}
+
+
+def test_a_child_runs_its_session_in_its_folder_and_environment(server, checks):
+    child = server.start(session(checks, "environment"), environment(checks), checks)
+    assert child.stdout is not None
+    output = child.stdout.read().decode()
+    assert child.wait(timeout=60) == 0, output
+    assert "1 passed" in output
+    assert child.pid != os.getpid()
+
+
+def test_a_failing_session_exits_with_pytests_status(server, checks):
+    child = server.start(session(checks, "fails"), environment(checks), checks)
+    assert child.stdout is not None
+    output = child.stdout.read().decode()
+    assert child.wait(timeout=60) == 1, output  # pytest: tests failed
+    assert "1 failed" in output
+
+
+def test_a_child_killed_by_a_signal_says_which(server, checks):
+    child = server.start(session(checks, "segfaults"), environment(checks), checks, quiet=True)
+    assert child.stdout is None
+    assert child.wait(timeout=60) == -signal.SIGSEGV
+
+
+def test_a_childs_process_group_is_its_own_and_is_killed_through_the_server(server, checks):
+    child = server.start(session(checks, "sleeps"), environment(checks), checks)
+    time.sleep(2.0)
+    assert child.poll() is None
+    assert os.getpgid(child.pid) == child.pid  # its own session: the supervisor kills the group
+    assert group_memory_bytes(child.pid) > 0
+    kill_group(child)
+    assert child.returncode == -signal.SIGKILL
+
+
+def test_a_client_that_goes_away_takes_its_child_with_it(server, checks):
+    child = server.start(session(checks, "sleeps"), environment(checks), checks)
+    time.sleep(1.0)
+    pid = child.pid
+    child._conn.close()  # as when the supervisor's process dies
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and alive(pid):
+        time.sleep(0.1)
+    assert not alive(pid)
+
+
+def test_a_server_whose_preload_failed_says_why(tmp_path):
+    path = tmp_path / "vllm.sock"
+    failed_path(path).write_text("Traceback ...\nImportError: no module named vllm\n")
+    with pytest.raises(ForkServerError, match=r"its preload failed.*no module named vllm"):
+        ForkServer("vllm", path).wait_ready()
+
+
+def test_a_server_that_ended_before_it_was_ready_is_named(tmp_path, monkeypatch):
+    monkeypatch.setattr(sys, "executable", "/bin/false")
+    server = start_server("torch", tmp_path)
+    with pytest.raises(ForkServerError, match=r"fork server torch: it ended \(1\)"):
+        server.wait_ready()
+
+
+def test_an_unknown_kind_is_refused(tmp_path):
+    with pytest.raises(ValueError, match="expected one of \\('torch', 'vllm'\\), got 'jax'"):
+        start_server("jax", tmp_path)
+
+
+def test_vllms_targets_come_from_the_server_that_preloads_vllm():
+    assert kind_of("vllm") == "vllm"
+    assert kind_of("vllm-file:/tmp/nano_nemotron_vl.py") == "vllm"
+    assert kind_of("reference") == "torch"
+    assert kind_of("reference-mutant:deepcopy-live-config") == "torch"
