@@ -36,7 +36,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
@@ -55,6 +55,13 @@ POLL_S = 0.05
 _MESSAGE = 1 << 20  # the largest message: a request carries the whole environment
 #: The folder of the fork servers a test run shares with the main jobs its tests start.
 SHARED_SERVERS_ENV = "NEMOTRON_VL_FORK_SERVERS"
+
+
+#: Read when an interpreter starts (PYTHONHASHSEED, PYTHONWARNINGS, ...): a child forked from a
+#: server started with other values would not be the process asked for. PYTHONPATH is applied
+#: in the child; the thread counts are set there.
+def interpreter_variables(env: Mapping[str, str]) -> dict[str, str]:
+    return {k: v for k, v in env.items() if k.startswith("PYTHON") and k != "PYTHONPATH"}
 
 
 def kind_of(selector: str) -> str:
@@ -209,6 +216,7 @@ def _child(
         sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
         sys.stdin = open(0, closefd=False)  # noqa: SIM115
         os.chdir(cwd)
+        _set_search_path(os.environ.get("PYTHONPATH", ""), env.get("PYTHONPATH", ""))
         os.environ.clear()
         os.environ.update(env)
         sys.argv = [sys.executable, "-m", "pytest", *args]
@@ -231,6 +239,18 @@ def _child(
             sys.stdout.flush()
             sys.stderr.flush()
         os._exit(status)
+
+
+def _path_entries(value: str) -> list[str]:
+    return [os.path.abspath(entry) for entry in value.split(os.pathsep) if entry]
+
+
+def _set_search_path(server: str, child: str) -> None:
+    """``sys.path`` as ``python -m`` starts it in this folder with ``PYTHONPATH=child``: the
+    folder, the variable's entries, then the installation's (the server's own entries out)."""
+    own = set(_path_entries(server))
+    rest = [entry for entry in sys.path[1:] if os.path.abspath(entry) not in own]
+    sys.path[:] = [os.getcwd(), *_path_entries(child), *rest]
 
 
 def _cores() -> int:
@@ -364,6 +384,8 @@ class ForkServer:
     kind: str
     path: Path
     process: subprocess.Popen[bytes] | None = None
+    #: the server's :func:`interpreter_variables`, which a child's must equal
+    interpreter: dict[str, str] = field(default_factory=dict)
 
     def wait_ready(self, interrupted: Callable[[], bool] = lambda: False) -> None:
         """Return once the server listens; raise :class:`ForkServerError` if its preload failed,
@@ -397,7 +419,19 @@ class ForkServer:
         interrupted: Callable[[], bool] = lambda: False,
     ) -> ForkedProcess:
         """``python -m pytest ARGS`` in ``cwd`` with ``env``, forked from the server once it is
-        ready."""
+        ready. A process whose :func:`interpreter_variables` differ from the server's is
+        refused (:class:`ForkServerError`): it must start as a new Python."""
+        wanted = interpreter_variables(env)
+        if wanted != self.interpreter:
+            changed = sorted(
+                k
+                for k in wanted.keys() | self.interpreter.keys()
+                if wanted.get(k) != self.interpreter.get(k)
+            )
+            raise ForkServerError(
+                f"fork server {self.kind}: the process's {', '.join(changed)} differ from the "
+                "server's (read when an interpreter starts)"
+            )
         self.wait_ready(interrupted)
         return ForkedProcess(self.path, args, env, cwd, quiet=quiet)
 
@@ -410,7 +444,8 @@ def start_server(kind: str, folder: Path) -> ForkServer:
     path = folder / f"{kind}.sock"
     # Threads are set per child; the server's torch must not start with a count of its own.
     env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
-    command = [sys.executable, "-m", "harness.jobs.forkserver", "--socket", str(path)]
+    # Not a command a user runs: started here alone, by its function.
+    command = [sys.executable, "-c", _SERVE, "--socket", str(path)]
     process = subprocess.Popen(
         [*command, "--kind", kind],
         cwd=ROOT,
@@ -420,7 +455,7 @@ def start_server(kind: str, folder: Path) -> ForkServer:
         stderr=subprocess.DEVNULL,  # a failed preload's cause goes to PATH.failed
         start_new_session=True,
     )
-    return ForkServer(kind, path, process)
+    return ForkServer(kind, path, process, interpreter_variables(env))
 
 
 def stop_server(server: ForkServer) -> None:
@@ -465,11 +500,12 @@ def shared_servers(kinds: Sequence[str]) -> dict[str, ForkServer] | None:
     folder = Path(os.environ.get(SHARED_SERVERS_ENV) or "/nonexistent")
     try:
         root = (folder / "root").read_text()
-    except OSError:
+        interpreter = json.loads((folder / "interpreter.json").read_text())
+    except (OSError, ValueError):
         return None
     if root != str(ROOT) or not set(kinds) <= set(KINDS):
         return None
-    return {kind: ForkServer(kind, folder / f"{kind}.sock") for kind in kinds}
+    return {kind: ForkServer(kind, folder / f"{kind}.sock", None, interpreter) for kind in kinds}
 
 
 @contextlib.contextmanager
@@ -479,6 +515,7 @@ def shared_with_started_processes() -> Iterator[Path]:
     with tempfile.TemporaryDirectory(prefix="nemotron-vl-forkservers-") as name:
         folder = Path(name)
         (folder / "root").write_text(str(ROOT))
+        (folder / "interpreter.json").write_text(json.dumps(interpreter_variables(os.environ)))
         servers = [start_server(kind, folder) for kind in KINDS]
         before = os.environ.get(SHARED_SERVERS_ENV)
         os.environ[SHARED_SERVERS_ENV] = str(folder)
@@ -493,14 +530,13 @@ def shared_with_started_processes() -> Iterator[Path]:
                 stop_server(server)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+_SERVE = "import sys; from harness.jobs.forkserver import run_server; run_server(sys.argv[1:])"
+
+
+def run_server(argv: Sequence[str]) -> None:
+    """The server process: `--socket PATH --kind KIND` (see :func:`start_server`)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--socket", type=Path, required=True, help="the Unix socket to listen on")
     parser.add_argument("--kind", choices=KINDS, required=True, help="what to preload")
     args = parser.parse_args(argv)
     serve(args.socket, args.kind)
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

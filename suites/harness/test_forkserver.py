@@ -19,11 +19,14 @@ from pathlib import Path
 
 import pytest
 
+from harness import ROOT
 from harness.jobs.forkserver import (
+    SHARED_SERVERS_ENV,
     ForkServer,
     ForkServerError,
     failed_path,
     kind_of,
+    shared_servers,
     start_server,
     stop_server,
 )
@@ -148,3 +151,48 @@ def test_vllms_targets_come_from_the_server_that_preloads_vllm():
     assert kind_of("vllm-file:/tmp/nano_nemotron_vl.py") == "vllm"
     assert kind_of("reference") == "torch"
     assert kind_of("reference-mutant:deepcopy-live-config") == "torch"
+
+
+def test_a_main_job_uses_the_test_runs_servers_only_if_they_are_this_checkouts(
+    tmp_path, monkeypatch
+):
+    """A server preloads its checkout's harness: a main job of another checkout (the gate's
+    base side runs from an export, a clone's tests) starts its own."""
+    monkeypatch.setenv(SHARED_SERVERS_ENV, str(tmp_path))
+    (tmp_path / "root").write_text(str(ROOT))
+    (tmp_path / "interpreter.json").write_text('{"PYTHONHASHSEED": "0"}')
+    servers = shared_servers(["vllm"])
+    assert servers is not None
+    assert servers["vllm"].path == tmp_path / "vllm.sock"
+    assert servers["vllm"].process is None  # not this process's to stop
+    assert servers["vllm"].interpreter == {"PYTHONHASHSEED": "0"}
+    (tmp_path / "root").write_text("/elsewhere/checkout")
+    assert shared_servers(["vllm"]) is None
+    monkeypatch.delenv(SHARED_SERVERS_ENV)
+    assert shared_servers(["vllm"]) is None
+
+
+def test_a_child_finds_modules_on_its_own_pythonpath(server, checks, tmp_path_factory):
+    """As a new ``python -m pytest`` would: its folder first, then its PYTHONPATH's entries."""
+    extra = tmp_path_factory.mktemp("extra")
+    (extra / "module_of_the_test.py").write_text("VALUE = 42\n")
+    (checks / "test_forked.py").write_text(
+        "import sys\n"
+        "def test_path():\n"
+        "    import module_of_the_test\n"
+        "    assert module_of_the_test.VALUE == 42\n"
+        f"    assert sys.path[:2] == [{str(checks)!r}, {str(extra)!r}]\n"
+    )
+    env = {**environment(checks), "PYTHONPATH": str(extra)}
+    child = server.start(session(checks, "path"), env, checks)
+    assert child.stdout is not None
+    output = child.stdout.read().decode()
+    assert child.wait(timeout=60) == 0, output
+
+
+def test_a_process_whose_interpreter_variables_differ_is_refused(server, checks):
+    """PYTHONHASHSEED (and every PYTHON* variable but PYTHONPATH) takes effect when an
+    interpreter starts: such a process must start as a new Python, and the supervisor does."""
+    env = {**environment(checks), "PYTHONHASHSEED": "12345"}
+    with pytest.raises(ForkServerError, match="the process's PYTHONHASHSEED differ"):
+        server.start(session(checks, "environment"), env, checks)
