@@ -273,8 +273,12 @@ def serve(path: Path, kind: str) -> None:
         failed_path(path).write_text(traceback.format_exc())
         raise
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    listener.bind(str(path))
+    # Bound under another name and renamed once listening: a client that sees the path never
+    # finds it refusing connections.
+    bound = path.with_name(f".{path.name}.{os.getpid()}")
+    listener.bind(str(bound))
     listener.listen(64)
+    os.replace(bound, path)
     _Server(listener).serve()
 
 
