@@ -132,9 +132,12 @@ def tests(session: nox.Session) -> None:
     """The harness's own tests and the suites on `reference`, then the suites on `vllm`.
 
     One process each, the modules in a fixed order. With pytest-xdist (`-- -n 2 --dist
-    loadfile`: the first run took 15.6 minutes on 2 cores, against 18.6 in one process) which
-    modules share a worker, and in what order, changes from run to run, so a test that leaves
-    state behind for a later module can fail some runs and not others; CI keeps one order."""
+    loadfile`: the first run took 11.6 minutes on 2 cores, against 13.5 in one process; it is
+    CPU-bound, 1,330 s of CPU) which modules share a worker, and in what order, changes from run
+    to run, so a test that leaves state behind for a later module can fail some runs and not
+    others; CI keeps one order. The main jobs, gates and kill matrices its tests start fork
+    their target processes from one server of each kind (harness/jobs/forkserver.py), which the
+    run starts (the root conftest.py)."""
     REPORTS.mkdir(exist_ok=True)
     pytest(
         session,
