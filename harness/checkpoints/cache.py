@@ -41,8 +41,8 @@ SHARED_FOLDERS_ENV = "NEMOTRON_VL_CHECKPOINTS"
 #: Where they are kept between runs when :data:`SHARED_FOLDERS_ENV` is not set.
 DEFAULT_SHARED_FOLDERS = ROOT / ".cache" / "checkpoints"
 SHARED_FOLDERS_OFF = "off"
-#: A folder of other code (or a writer's private copy, its writer dead) is removed once it is
-#: this old: a run still reading it would have started that long ago.
+#: A folder of other code (or a writer's private copy, its writer dead) is removed once it has
+#: not been used for this long (a folder's time is its last use by a process).
 STALE_AFTER_S = 3600.0
 
 
@@ -75,8 +75,8 @@ def shared_folders() -> Iterator[Path]:
 
 
 def kept_folders(root: Path, now: float | None = None) -> Path:
-    """``root``, created, without the folders other code wrote or writers left half-written
-    (:data:`STALE_AFTER_S` old or older): the folders of this code stay for the next run."""
+    """``root``, created, without the folders other code wrote or writers left half-written,
+    unused for :data:`STALE_AFTER_S` or longer: the folders of this code stay for the next run."""
     root.mkdir(parents=True, exist_ok=True)
     now = time.time() if now is None else now
     current = f"-{writer_digest()}"
@@ -143,6 +143,8 @@ def _shared_folder(root: Path, spec: ModelSpec, seed: int) -> Path:
         )
     final = root / f"{folder_name(spec)}-seed{seed}-{writer_digest()}"
     if final.is_dir():
+        with contextlib.suppress(OSError):  # its time is its last use (kept_folders)
+            os.utime(final)
         return final
     from harness.checkpoints.writer import write_checkpoint
 

@@ -380,8 +380,9 @@ def main(argv: list[str] | None = None) -> int:
         "--no-fork-server",
         dest="fork_server",
         action="store_false",
-        help="start each target process as a new Python (default: fork each from a server "
-        "that imported torch, and vLLM for vLLM's targets, once; harness/jobs/forkserver.py)",
+        help="start each target process as a new Python (default on CPU: fork each from a "
+        "server that imported torch, and vLLM for vLLM's targets, once; "
+        "harness/jobs/forkserver.py)",
     )
     try:
         args = parser.parse_args(argv)
@@ -439,7 +440,9 @@ def main(argv: list[str] | None = None) -> int:
     groups = args.groups or max(1, cores // jobs)
     # Every target's processes, restarts included, read the checkpoint folders written once,
     # and are forked from a server that imported torch (and vLLM) once.
-    kinds = [kind_of(t) for t in to_run] if args.fork_server else []
+    # Not on CUDA: a fork inherits no device, and none is started before it.
+    forked = args.fork_server and args.device == "cpu"
+    kinds = [kind_of(t) for t in to_run] if forked else []
     with (
         shared_folders(),
         Interrupt().installed() as interrupt,

@@ -3,9 +3,13 @@
 A target process starts by importing torch, pytest, hypothesis and, for vLLM's targets, vLLM
 with everything its model's build imports: about 10 s of CPU on a 2-core machine, paid again by
 every process a main job starts (one per target and check group, and one more after each fault).
-A fork server imports them once (:func:`harness.jobs.preload.preload_target_imports`); each
-target process is a fork of it that runs ``pytest.main(ARGS)`` in the environment and folder it
-is given.
+A fork server imports torch, pytest and vLLM once
+(:func:`harness.jobs.preload.preload_target_imports`); each target process is a fork of it that
+runs ``pytest.main(ARGS)`` in the environment, folder and ``sys.path`` a new ``python -m pytest``
+would have, and ends as a new Python ends (its threads waited for, its exit handlers run). What
+a fork cannot change is refused: a process whose ``PYTHON*`` variables differ from the server's
+starts as a new Python. Forks share the server's hash seed (set ``PYTHONHASHSEED``, as the nox
+sessions do, for runs that repeat).
 
 The server listens on a Unix socket (``SOCK_SEQPACKET``: one message per request or answer).
 A client sends one request, a JSON object ``{"args": [...], "env": {...}, "cwd": "..."}``, with
@@ -43,8 +47,8 @@ from typing import IO
 
 from harness import ROOT
 
-#: What a fork server preloads: ``torch`` (torch, pytest, hypothesis: the reference's targets)
-#: or ``vllm`` (also vLLM and what its model's build imports).
+#: What a fork server preloads: ``torch`` (torch and pytest: the reference's targets) or ``vllm``
+#: (also vLLM and what its model's build imports).
 KINDS = ("torch", "vllm")
 #: The longest a server may take to import what it preloads (measured: 11 s on a 2-core
 #: machine; a loaded machine without AVX-512 is several times slower).
@@ -114,11 +118,16 @@ class _Server:
                     os.killpg(client.pid, signal.SIGKILL)
             self._drop(client)
             return
-        text = data.decode()
+        text = data.decode(errors="replace")
         if text.startswith("kill "):
+            try:
+                signum = signal.Signals(int(text.split()[1]))
+            except (ValueError, IndexError) as e:
+                self._answer(client, f"error: kill: expected a signal number, got {text!r}: {e}")
+                return
             if client.pid is not None and client.pid in self.children:
                 with contextlib.suppress(ProcessLookupError):
-                    os.killpg(client.pid, int(text.split()[1]))
+                    os.killpg(client.pid, signum)
             return
         if client.pid is not None or len(fds) != 1:
             for fd in fds:
@@ -129,6 +138,14 @@ class _Server:
         try:
             request = json.loads(text)
             args, env, cwd = request["args"], request["env"], request["cwd"]
+            if not (
+                isinstance(args, list)
+                and all(isinstance(a, str) for a in args)
+                and isinstance(env, dict)
+                and all(isinstance(k, str) and isinstance(v, str) for k, v in env.items())
+                and isinstance(cwd, str)
+            ):
+                raise TypeError("args: a list of strings, env: strings by name, cwd: a string")
         except (ValueError, KeyError, TypeError) as e:
             os.close(output)
             self._answer(client, f"error: a request is a JSON object of args, env, cwd: {e}")
@@ -203,7 +220,9 @@ def _child(
         os.close(started)
         for sock in inherited:  # the server's: a client must see the server's end, not ours
             sock.close()
-        for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGCHLD):
+        # As a new Python starts: Ctrl-C raises KeyboardInterrupt, the rest are the system's.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        for signum in (signal.SIGTERM, signal.SIGCHLD):
             signal.signal(signum, signal.SIG_DFL)
         os.dup2(output, 1)
         os.dup2(output, 2)
@@ -219,9 +238,10 @@ def _child(
         _set_search_path(os.environ.get("PYTHONPATH", ""), env.get("PYTHONPATH", ""))
         os.environ.clear()
         os.environ.update(env)
-        sys.argv = [sys.executable, "-m", "pytest", *args]
         import pytest
         import torch
+
+        sys.argv = [str(Path(pytest.__file__).with_name("__main__.py")), *args]  # as -m sets it
 
         # A new process reads its thread count from the environment when torch starts; the
         # server's torch started before this child's environment was set.
@@ -229,16 +249,44 @@ def _child(
         torch.set_num_threads(int(threads) if threads.isdigit() and int(threads) > 0 else _cores())
         status = int(pytest.main(args))
     except SystemExit as e:
-        status = e.code if isinstance(e.code, int) else 1
+        if e.code is None or isinstance(e.code, int):
+            status = e.code or 0
+        else:  # as the interpreter does: the message to stderr, status 1
+            print(e.code, file=sys.stderr)
+            status = 1
     except BaseException:
         import traceback
 
         traceback.print_exc()
     finally:
-        with contextlib.suppress(Exception):
-            sys.stdout.flush()
-            sys.stderr.flush()
+        _shut_down()
         os._exit(status)
+
+
+def _running(pid: int) -> bool:
+    """Whether process ``pid`` runs (one that ended and awaits its parent's wait does not)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rpartition(")")[2].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def _shut_down() -> None:
+    """What a new Python does at its end before it exits: wait for its threads that are not
+    daemons (a check that leaves one running hangs there, past its time limit, as it would in
+    a new process), run the exit handlers, flush its streams. The child then leaves by
+    ``os._exit``: it must never return into the server's loop."""
+    import atexit
+    import threading
+
+    with contextlib.suppress(BaseException):
+        getattr(threading, "_shutdown", lambda: None)()
+    with contextlib.suppress(BaseException):
+        getattr(atexit, "_run_exitfuncs", lambda: None)()
+    with contextlib.suppress(BaseException):
+        sys.stdout.flush()
+        sys.stderr.flush()
 
 
 def _path_entries(value: str) -> list[str]:
@@ -261,24 +309,24 @@ def serve(path: Path, kind: str) -> None:
     """Preload, then listen on ``path`` (its socket appearing says the server is ready) and
     answer requests until standard input closes. A preload that fails leaves its cause in
     ``PATH.failed`` for the clients waiting."""
-    from harness.jobs.preload import preload_target_imports
-
     try:
+        from harness.jobs.preload import preload_target_imports
+
         # Not the plugins (the harness's, hypothesis's): pytest rewrites their asserts, as in a
         # new process, only if it imports them itself.
         preload_target_imports(vllm=kind == "vllm")
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        # Bound under another name and renamed once listening: a client that sees the path
+        # never finds it refusing connections.
+        bound = path.with_name(f".{path.name}.{os.getpid()}")
+        listener.bind(str(bound))
+        listener.listen(64)
+        os.replace(bound, path)
     except BaseException:
         import traceback
 
         failed_path(path).write_text(traceback.format_exc())
         raise
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    # Bound under another name and renamed once listening: a client that sees the path never
-    # finds it refusing connections.
-    bound = path.with_name(f".{path.name}.{os.getpid()}")
-    listener.bind(str(bound))
-    listener.listen(64)
-    os.replace(bound, path)
     _Server(listener).serve()
 
 
@@ -308,6 +356,8 @@ class ForkedProcess:
         quiet: bool = False,
     ) -> None:
         self.returncode: int | None = None
+        #: the server ended (or stopped answering) before the child's exit status came
+        self.server_lost = False
         # Quiet: the child's output goes nowhere, and nothing is there to read.
         read, write = (-1, os.open(os.devnull, os.O_WRONLY)) if quiet else os.pipe()
         self._conn = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -367,17 +417,31 @@ class ForkedProcess:
         if answer.startswith("exit "):
             self.returncode = int(answer.split()[1])
         elif not answer:  # the server is gone: its child is taken down with it
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(self.pid, signal.SIGKILL)
-            self.returncode = -signal.SIGKILL
+            self.abandon()
         if self.returncode is not None:
             self._conn.close()
 
-    def signal_group(self, signum: int) -> None:
-        """Signal the child's process group, through the server while the child is its own."""
-        if self.returncode is None:
+    def signal_group(self, signum: int, *, direct: bool = False) -> None:
+        """Signal the child's process group: through the server, which signals it only while
+        the child is its own (unreaped, so its pid is not another's); ``direct``, from here,
+        when the server does not answer."""
+        if self.returncode is not None:
+            return
+        if direct:
             with contextlib.suppress(OSError):
-                self._conn.send(f"kill {signum}".encode())
+                os.killpg(self.pid, signum)
+            return
+        with contextlib.suppress(OSError):
+            self._conn.send(f"kill {signum}".encode())
+
+    def abandon(self) -> None:
+        """The server is gone or does not answer: the child is killed from here and counted as
+        killed (its exit status is the server's to know); ``server_lost`` says why."""
+        self.server_lost = True
+        with contextlib.suppress(OSError):
+            os.killpg(self.pid, signal.SIGKILL)
+        self.returncode = -signal.SIGKILL
+        self._conn.close()
 
 
 @dataclass
@@ -390,6 +454,8 @@ class ForkServer:
     process: subprocess.Popen[bytes] | None = None
     #: the server's :func:`interpreter_variables`, which a child's must equal
     interpreter: dict[str, str] = field(default_factory=dict)
+    #: a shared server's process id (``process`` None): whether it still runs
+    server_pid: int | None = None
 
     def wait_ready(self, interrupted: Callable[[], bool] = lambda: False) -> None:
         """Return once the server listens; raise :class:`ForkServerError` if its preload failed,
@@ -405,6 +471,8 @@ class ForkServer:
                     f"fork server {self.kind}: it ended ({self.process.returncode}) before it "
                     "was ready"
                 )
+            if self.server_pid is not None and not _running(self.server_pid):
+                raise ForkServerError(f"fork server {self.kind}: it ended before it was ready")
             if interrupted():
                 raise ForkServerError(f"fork server {self.kind}: interrupted")
             if time.monotonic() > deadline:
@@ -462,19 +530,29 @@ def start_server(kind: str, folder: Path) -> ForkServer:
     return ForkServer(kind, path, process, interpreter_variables(env))
 
 
-def stop_server(server: ForkServer) -> None:
-    """Close the server's standard input: it kills what it still runs and exits."""
-    process = server.process
-    if process is None:
-        return
-    assert process.stdin is not None
-    with contextlib.suppress(OSError):
-        process.stdin.close()
-    try:
-        process.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
+def stop_servers(servers: Sequence[ForkServer]) -> None:
+    """Close each server's standard input: it kills what it still runs and exits. A server
+    still preloading has no child of its own yet: its process group (its warm build with it)
+    is killed at once."""
+    started = [server for server in servers if server.process is not None]
+    for server in started:
+        process = server.process
+        assert process is not None
+        assert process.stdin is not None
+        if not server.path.exists():
+            with contextlib.suppress(OSError):
+                os.killpg(process.pid, signal.SIGKILL)
+        with contextlib.suppress(OSError):
+            process.stdin.close()
+    for server in started:
+        process = server.process
+        assert process is not None
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(OSError):
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
 
 
 @contextlib.contextmanager
@@ -494,8 +572,7 @@ def fork_servers(kinds: Sequence[str]) -> Iterator[dict[str, ForkServer]]:
                 servers[kind] = start_server(kind, Path(folder))
             yield servers
         finally:
-            for server in servers.values():
-                stop_server(server)
+            stop_servers(list(servers.values()))
 
 
 def shared_servers(kinds: Sequence[str]) -> dict[str, ForkServer] | None:
@@ -509,7 +586,14 @@ def shared_servers(kinds: Sequence[str]) -> dict[str, ForkServer] | None:
         return None
     if root != str(ROOT) or not set(kinds) <= set(KINDS):
         return None
-    return {kind: ForkServer(kind, folder / f"{kind}.sock", None, interpreter) for kind in kinds}
+    servers = {}
+    for kind in kinds:
+        try:
+            pid = int((folder / f"{kind}.pid").read_text())
+        except (OSError, ValueError):
+            return None
+        servers[kind] = ForkServer(kind, folder / f"{kind}.sock", None, interpreter, pid)
+    return servers
 
 
 @contextlib.contextmanager
@@ -520,18 +604,22 @@ def shared_with_started_processes() -> Iterator[Path]:
         folder = Path(name)
         (folder / "root").write_text(str(ROOT))
         (folder / "interpreter.json").write_text(json.dumps(interpreter_variables(os.environ)))
-        servers = [start_server(kind, folder) for kind in KINDS]
+        servers: list[ForkServer] = []
         before = os.environ.get(SHARED_SERVERS_ENV)
-        os.environ[SHARED_SERVERS_ENV] = str(folder)
         try:
+            for kind in KINDS:
+                servers.append(start_server(kind, folder))
+                assert servers[-1].process is not None
+                # Whether it still runs, for the main jobs that wait for it to be ready.
+                (folder / f"{kind}.pid").write_text(str(servers[-1].process.pid))
+            os.environ[SHARED_SERVERS_ENV] = str(folder)
             yield folder
         finally:
             if before is None:
                 os.environ.pop(SHARED_SERVERS_ENV, None)
             else:
                 os.environ[SHARED_SERVERS_ENV] = before
-            for server in servers:
-                stop_server(server)
+            stop_servers(servers)
 
 
 _SERVE = "import sys; from harness.jobs.forkserver import run_server; run_server(sys.argv[1:])"

@@ -204,13 +204,21 @@ def signal_group(proc: TargetProcess, signum: int) -> None:
 
 
 def kill_group(proc: TargetProcess, signum: int = signal.SIGKILL) -> None:
-    """Kill the target's whole process group and reap it."""
+    """Kill the target's whole process group and reap it (a forked one's server reaps it; one
+    whose server does not answer is killed from here and counted as killed)."""
     signal_group(proc, signum)
     try:
         proc.wait(timeout=KILL_GRACE_S)
     except subprocess.TimeoutExpired:
-        signal_group(proc, signal.SIGKILL)
-        proc.wait()
+        if not isinstance(proc, ForkedProcess):
+            signal_group(proc, signal.SIGKILL)
+            proc.wait()
+            return
+        proc.signal_group(signal.SIGKILL, direct=True)
+        try:
+            proc.wait(timeout=KILL_GRACE_S)
+        except subprocess.TimeoutExpired:
+            proc.abandon()
 
 
 def how_it_ended(returncode: int) -> str:
@@ -478,9 +486,12 @@ class Supervisor:
             return _Watch(returncode)
         if returncode in PYTEST_REFUSED and not self.results.is_file():
             return _Watch(returncode)  # pytest refused to start (an option, a plugin): no crash
-        return _Watch(
-            returncode, self._incident(IncidentKind.CRASH, running, how_it_ended(returncode))
-        )
+        ended = how_it_ended(returncode)
+        if isinstance(proc, ForkedProcess) and proc.server_lost:
+            # Not the target's doing: its later processes start as new Pythons.
+            ended = "its fork server ended, and the process was killed with it"
+            self.fork_server = None
+        return _Watch(returncode, self._incident(IncidentKind.CRASH, running, ended))
 
     def _note_wall(self, check: str, seconds: float) -> None:
         slowest = self.outcome.slowest_check

@@ -11,7 +11,9 @@ the server are compared in ``test_report.py``.
 from __future__ import annotations
 
 import os
+import select
 import signal
+import socket
 import sys
 import time
 from collections.abc import Iterator
@@ -22,13 +24,14 @@ import pytest
 from harness import ROOT
 from harness.jobs.forkserver import (
     SHARED_SERVERS_ENV,
+    ForkedProcess,
     ForkServer,
     ForkServerError,
     failed_path,
     kind_of,
     shared_servers,
     start_server,
-    stop_server,
+    stop_servers,
 )
 from harness.jobs.supervisor import group_memory_bytes, kill_group
 from suites.harness.helpers import alive
@@ -59,7 +62,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ForkServer]:
         started.wait_ready()
         yield started
     finally:
-        stop_server(started)
+        stop_servers([started])
 
 
 @pytest.fixture
@@ -79,14 +82,30 @@ def session(folder: Path, selection: str) -> list[str]:
     ]
 
 
+def output_of(child: ForkedProcess, timeout: float = 60.0) -> str:
+    """What the child said, read until it ends or ``timeout`` passes (a hung child fails the
+    test instead of hanging it)."""
+    assert child.stdout is not None
+    said = b""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([child.stdout], [], [], 0.1)
+        if ready:
+            chunk = os.read(child.stdout.fileno(), 1 << 16)
+            if not chunk:
+                child.stdout.close()
+                return said.decode(errors="replace")
+            said += chunk
+    pytest.fail(f"the child did not end in {timeout} s; it said:\n{said.decode()[-3000:]}")
+
+
 def environment(folder: Path) -> dict[str, str]:
     return {**os.environ, "FORKED_CHECK": "yes", "EXPECTED_CWD": str(folder)}
 
 
 def test_a_child_runs_its_session_in_its_folder_and_environment(server, checks):
     child = server.start(session(checks, "environment"), environment(checks), checks)
-    assert child.stdout is not None
-    output = child.stdout.read().decode()
+    output = output_of(child)
     assert child.wait(timeout=60) == 0, output
     assert "1 passed" in output
     assert child.pid != os.getpid()
@@ -94,8 +113,7 @@ def test_a_child_runs_its_session_in_its_folder_and_environment(server, checks):
 
 def test_a_failing_session_exits_with_pytests_status(server, checks):
     child = server.start(session(checks, "fails"), environment(checks), checks)
-    assert child.stdout is not None
-    output = child.stdout.read().decode()
+    output = output_of(child)
     assert child.wait(timeout=60) == 1, output  # pytest: tests failed
     assert "1 failed" in output
 
@@ -161,11 +179,13 @@ def test_a_main_job_uses_the_test_runs_servers_only_if_they_are_this_checkouts(
     monkeypatch.setenv(SHARED_SERVERS_ENV, str(tmp_path))
     (tmp_path / "root").write_text(str(ROOT))
     (tmp_path / "interpreter.json").write_text('{"PYTHONHASHSEED": "0"}')
+    (tmp_path / "vllm.pid").write_text(str(os.getpid()))
     servers = shared_servers(["vllm"])
     assert servers is not None
     assert servers["vllm"].path == tmp_path / "vllm.sock"
     assert servers["vllm"].process is None  # not this process's to stop
     assert servers["vllm"].interpreter == {"PYTHONHASHSEED": "0"}
+    assert servers["vllm"].server_pid == os.getpid()
     (tmp_path / "root").write_text("/elsewhere/checkout")
     assert shared_servers(["vllm"]) is None
     monkeypatch.delenv(SHARED_SERVERS_ENV)
@@ -185,8 +205,7 @@ def test_a_child_finds_modules_on_its_own_pythonpath(server, checks, tmp_path_fa
     )
     env = {**environment(checks), "PYTHONPATH": str(extra)}
     child = server.start(session(checks, "path"), env, checks)
-    assert child.stdout is not None
-    output = child.stdout.read().decode()
+    output = output_of(child)
     assert child.wait(timeout=60) == 0, output
 
 
@@ -196,3 +215,50 @@ def test_a_process_whose_interpreter_variables_differ_is_refused(server, checks)
     env = {**environment(checks), "PYTHONHASHSEED": "12345"}
     with pytest.raises(ForkServerError, match="the process's PYTHONHASHSEED differ"):
         server.start(session(checks, "environment"), env, checks)
+
+
+def test_a_shared_server_that_ended_before_it_was_ready_is_named(tmp_path):
+    """A main job waiting for a test run's server that died while it preloaded hears so at
+    once, not after the preload's limit."""
+    ended = ForkServer("vllm", tmp_path / "vllm.sock", server_pid=2**22 + 1)  # no such process
+    with pytest.raises(ForkServerError, match="fork server vllm: it ended before it was ready"):
+        ended.wait_ready()
+
+
+def test_a_bad_message_is_answered_and_the_server_goes_on(server, checks):
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    conn.connect(str(server.path))
+    conn.settimeout(10)
+    conn.send(b"kill nine")
+    assert conn.recv(1 << 16).decode().startswith("error: kill: expected a signal number")
+    conn.close()
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    conn.connect(str(server.path))
+    conn.settimeout(10)
+    read, write = os.pipe()
+    socket.send_fds(conn, [b'{"args": "not a list", "env": {}, "cwd": "/"}'], [write])
+    os.close(write)
+    os.close(read)
+    assert "args: a list of strings" in conn.recv(1 << 16).decode()
+    conn.close()
+    child = server.start(session(checks, "environment"), environment(checks), checks)
+    output = output_of(child)
+    assert child.wait(timeout=60) == 0, output
+
+
+def test_a_child_whose_server_ends_is_killed_and_says_so(tmp_path, checks):
+    started = start_server("torch", tmp_path)
+    try:
+        started.wait_ready()
+        child = started.start(session(checks, "sleeps"), environment(checks), checks)
+        time.sleep(1.0)
+        assert started.process is not None
+        started.process.kill()  # the server dies (the OOM killer, a signal)
+        assert child.wait(timeout=30) == -signal.SIGKILL
+        assert child.server_lost
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and alive(child.pid):
+            time.sleep(0.1)
+        assert not alive(child.pid)
+    finally:
+        stop_servers([started])
