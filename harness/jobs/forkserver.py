@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import IO
 
 from harness import ROOT
+from harness.jobs.preload import output_to, preload_target_imports, process_running
 
 #: What a fork server preloads: ``torch`` (torch and pytest: the reference's targets) or ``vllm``
 #: (also vLLM and what its model's build imports).
@@ -224,16 +225,7 @@ def _child(
         signal.signal(signal.SIGINT, signal.default_int_handler)
         for signum in (signal.SIGTERM, signal.SIGCHLD):
             signal.signal(signum, signal.SIG_DFL)
-        os.dup2(output, 1)
-        os.dup2(output, 2)
-        os.close(output)
-        devnull = os.open(os.devnull, os.O_RDONLY)
-        os.dup2(devnull, 0)
-        os.close(devnull)
-        # Never closed: the child leaves by os._exit, after flushing them.
-        sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115
-        sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
-        sys.stdin = open(0, closefd=False)  # noqa: SIM115
+        output_to(output)
         os.chdir(cwd)
         _set_search_path(os.environ.get("PYTHONPATH", ""), env.get("PYTHONPATH", ""))
         os.environ.clear()
@@ -261,15 +253,6 @@ def _child(
     finally:
         _shut_down()
         os._exit(status)
-
-
-def _running(pid: int) -> bool:
-    """Whether process ``pid`` runs (one that ended and awaits its parent's wait does not)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rpartition(")")[2].split()[0] != "Z"
-    except (OSError, IndexError):
-        return False
 
 
 def _shut_down() -> None:
@@ -310,8 +293,6 @@ def serve(path: Path, kind: str) -> None:
     answer requests until standard input closes. A preload that fails leaves its cause in
     ``PATH.failed`` for the clients waiting."""
     try:
-        from harness.jobs.preload import preload_target_imports
-
         # Not the plugins (the harness's, hypothesis's): pytest rewrites their asserts, as in a
         # new process, only if it imports them itself.
         preload_target_imports(vllm=kind == "vllm")
@@ -471,7 +452,7 @@ class ForkServer:
                     f"fork server {self.kind}: it ended ({self.process.returncode}) before it "
                     "was ready"
                 )
-            if self.server_pid is not None and not _running(self.server_pid):
+            if self.server_pid is not None and not process_running(self.server_pid):
                 raise ForkServerError(f"fork server {self.kind}: it ended before it was ready")
             if interrupted():
                 raise ForkServerError(f"fork server {self.kind}: interrupted")

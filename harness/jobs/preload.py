@@ -112,3 +112,28 @@ def modules_a_build_imports() -> list[str]:
     if os.waitstatus_to_exitcode(wait_status) != 0:
         return []
     return b"".join(chunks).decode().split()
+
+
+def output_to(fd: int) -> None:
+    """In a forked child: standard output and error to ``fd`` (closed here), standard input
+    from ``/dev/null``, and ``sys``'s streams on them, line-buffered. The child leaves by
+    ``os._exit`` after flushing them, so the files are never closed."""
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    nothing = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(nothing, 0)
+    os.close(nothing)
+    sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115
+    sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
+    sys.stdin = open(0, closefd=False)  # noqa: SIM115
+
+
+def process_running(pid: int) -> bool:
+    """Whether process ``pid`` runs (one that ended and awaits its parent's wait does not;
+    Linux ``/proc``)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rpartition(")")[2].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness import ROOT
-from harness.jobs.preload import preload_target_imports
+from harness.jobs.preload import output_to, preload_target_imports
 from harness.jobs.results import CheckResult, ResultsError, TargetResults, read_results
 
 #: Seconds one run (a whole selection) may take: the slowest mutant's selection takes about a
@@ -119,13 +119,7 @@ def _child(job: SuiteJob) -> None:
     try:
         os.setsid()  # its own process group: a timeout kills whatever it started
         job.workdir.mkdir(parents=True, exist_ok=True)
-        log = os.open(job.log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        os.dup2(log, 1)
-        os.dup2(log, 2)
-        # Never closed: the child leaves by os._exit, after flushing them.
-        sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115
-        sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
-        sys.stdin = open(os.devnull)  # noqa: SIM115
+        output_to(os.open(job.log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644))
         os.chdir(ROOT)
         import pytest
         import torch

@@ -110,12 +110,3 @@ def two_at_a_time(run: Callable[[K], V], keys: Sequence[K]) -> dict[K, V]:
     and two use both cores of a 2-core machine."""
     with ThreadPoolExecutor(max_workers=min(2, os.cpu_count() or 1)) as pool:
         return dict(zip(keys, pool.map(run, keys), strict=True))
-
-
-def alive(pid: int) -> bool:
-    """Whether process ``pid`` runs (a zombie, ended but not reaped, does not)."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
-    except OSError:
-        return False
-    return state != "Z"

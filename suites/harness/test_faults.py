@@ -30,13 +30,13 @@ from typing import Any
 
 import pytest
 
+from harness.jobs.preload import process_running
 from harness.jobs.results import REPORT_SCHEMA
 from harness.jobs.supervisor import DERIVED_LIMIT_FLOOR_S
 from harness.model_files import installed_model_file
 from harness.mutation.file_mutants import FAULTS, write_mutant
 from suites.harness.helpers import (
     ROOT,
-    alive,
     needs_vllm,
     one_thread_env,
     selected_tests,
@@ -364,7 +364,7 @@ def test_an_interrupted_run_still_writes_its_report(tmp_path: Path) -> None:
     assert (job.outcome(BEFORE) or {}).get("outcome") == "pass", job.outcome(BEFORE)
     assert children, "the target's pytest process was not found while it ran"
     for pid in children:
-        assert not alive(pid), f"target process {pid} outlived the interrupted run"
+        assert not process_running(pid), f"target process {pid} outlived the interrupted run"
 
 
 def next_progress_file(out: Path) -> Any:

@@ -33,8 +33,8 @@ from harness.jobs.forkserver import (
     start_server,
     stop_servers,
 )
+from harness.jobs.preload import process_running
 from harness.jobs.supervisor import group_memory_bytes, kill_group
-from suites.harness.helpers import alive
 
 CHECKS = """
 import os, signal, time
@@ -140,9 +140,9 @@ def test_a_client_that_goes_away_takes_its_child_with_it(server, checks):
     pid = child.pid
     child._conn.close()  # as when the supervisor's process dies
     deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and alive(pid):
+    while time.monotonic() < deadline and process_running(pid):
         time.sleep(0.1)
-    assert not alive(pid)
+    assert not process_running(pid)
 
 
 def test_a_server_whose_preload_failed_says_why(tmp_path):
@@ -257,8 +257,8 @@ def test_a_child_whose_server_ends_is_killed_and_says_so(tmp_path, checks):
         assert child.wait(timeout=30) == -signal.SIGKILL
         assert child.server_lost
         deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and alive(child.pid):
+        while time.monotonic() < deadline and process_running(child.pid):
             time.sleep(0.1)
-        assert not alive(child.pid)
+        assert not process_running(child.pid)
     finally:
         stop_servers([started])
