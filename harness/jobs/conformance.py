@@ -440,7 +440,7 @@ def main(argv: list[str] | None = None) -> int:
     groups = args.groups or max(1, cores // jobs)
     # Every target's processes, restarts included, read the checkpoint folders written once,
     # and are forked from a server that imported torch (and vLLM) once.
-    # Not on CUDA: a fork inherits no device, and none is started before it.
+    # Not on CUDA: forking a process that may have touched the device is not supported there.
     forked = args.fork_server and args.device == "cpu"
     kinds = [kind_of(t) for t in to_run] if forked else []
     with (
