@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import IO
 
 from harness import ROOT
-from harness.jobs.preload import output_to, preload_target_imports, process_running
+from harness.jobs.preload import fork_frozen, output_to, preload_target_imports, process_running
 
 #: What a fork server preloads: ``torch`` (torch and pytest: the reference's targets) or ``vllm``
 #: (also vLLM and what its model's build imports).
@@ -157,9 +157,7 @@ class _Server:
 
     def _fork(self, args: list[str], env: dict[str, str], cwd: str, output: int) -> int:
         started_r, started_w = os.pipe()
-        sys.stdout.flush()
-        sys.stderr.flush()
-        pid = os.fork()
+        pid = fork_frozen()
         if pid == 0:
             os.close(started_r)
             _child(args, env, cwd, output, started_w, [self.listener, *self._connections()])

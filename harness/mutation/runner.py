@@ -15,7 +15,6 @@ region, hence one thread per child).
 from __future__ import annotations
 
 import contextlib
-import gc
 import os
 import shutil
 import signal
@@ -26,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness import ROOT
-from harness.jobs.preload import output_to, preload_target_imports
+from harness.jobs.preload import fork_frozen, output_to, preload_target_imports
 from harness.jobs.results import CheckResult, ResultsError, TargetResults, read_results
 
 #: Seconds one run (a whole selection) may take: the slowest mutant's selection takes about a
@@ -184,15 +183,9 @@ def run_many(
         while pending or running:
             while pending and len(running) < parallel:
                 job = pending.pop()
-                sys.stdout.flush()
-                sys.stderr.flush()
-                # What the parent holds, out of the collector's sight in the child: its full
-                # collections (pytest runs two at its end) skip it (measured: 0.6 s a child).
-                gc.freeze()
-                pid = os.fork()
+                pid = fork_frozen()
                 if pid == 0:
                     _child(job)
-                gc.unfreeze()
                 running[pid] = (job, time.monotonic())
             time.sleep(POLL_S)
             for pid, (job, started) in list(running.items()):
