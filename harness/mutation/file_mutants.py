@@ -430,6 +430,12 @@ FAULTS: dict[str, Mutation] = {
             "while True:\n    pass",
         ),
         _fault(
+            "image-parser-deadlocks",
+            "the image parser waits forever for a lock nobody releases, as a deadlock does",
+            _IMAGE_PARSER,
+            "held = __import__('threading').Lock()\nheld.acquire()\nheld.acquire()",
+        ),
+        _fault(
             "image-parser-exits-0",
             "the image parser ends the process with status 0",
             _IMAGE_PARSER,
