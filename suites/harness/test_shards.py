@@ -84,22 +84,25 @@ def _timeless(matrix: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _kill_matrix(out: Path, *args: str) -> dict[str, Any]:
-    """``nemotron-vl-kill-matrix`` on the selection, in a process of its own (it forks its
-    suite runs: a test process that built vLLM models before must not be their parent)."""
+#: ``nemotron-vl-kill-matrix``'s main, once per argument list, in one process: vLLM is imported
+#: once for the three sweeps, and each forks its suite runs afresh.
+SWEEPS = """
+import json, sys
+from harness.mutation.matrix import main
+for argv in json.loads(sys.argv[1]):
+    if main(argv) != 0:
+        raise SystemExit(f"exit status not 0 for {argv}")
+"""
+
+
+def _kill_matrices(outs: dict[Path, tuple[str, ...]]) -> list[dict[str, Any]]:
+    """``nemotron-vl-kill-matrix`` on the selection into each ``out``, with its own arguments,
+    in a process of its own (it forks its suite runs: a test process that built vLLM models
+    before must not be their parent)."""
+    common = ["--only", *MATRIX_MUTANTS, "--suites", *MATRIX_SUITES]
+    argvs = [[*common, "--out", str(out), *args] for out, args in outs.items()]
     done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "harness.mutation.matrix",
-            "--only",
-            *MATRIX_MUTANTS,
-            "--suites",
-            *MATRIX_SUITES,
-            "--out",
-            str(out),
-            *args,
-        ],
+        [sys.executable, "-c", SWEEPS, json.dumps(argvs)],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -107,7 +110,7 @@ def _kill_matrix(out: Path, *args: str) -> dict[str, Any]:
         check=False,
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    return json.loads(out.with_suffix(".json").read_text())
+    return [json.loads(out.with_suffix(".json").read_text()) for out in outs]
 
 
 @needs_vllm
@@ -116,8 +119,13 @@ def _kill_matrix(out: Path, *args: str) -> dict[str, Any]:
 def test_a_merged_kill_matrix_is_the_unsharded_one(tmp_path):
     from harness.mutation.matrix import main
 
-    whole = _kill_matrix(tmp_path / "whole")
-    parts = [_kill_matrix(tmp_path / f"shard-{k}", "--shard", f"{k}/2") for k in (1, 2)]
+    whole, *parts = _kill_matrices(
+        {
+            tmp_path / "whole": (),
+            tmp_path / "shard-1": ("--shard", "1/2"),
+            tmp_path / "shard-2": ("--shard", "2/2"),
+        }
+    )
     assert [len(p["mutants"]) for p in parts] == [2, 1]
     shard_files = [str(tmp_path / f"shard-{k}.json") for k in (2, 1)]  # any order
     assert main(["--merge", *shard_files, "--out", str(tmp_path / "merged")]) == 0
