@@ -27,6 +27,7 @@ import os
 import runpy
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import nox
@@ -127,31 +128,98 @@ def command(session: nox.Session, name: str, *args: str) -> None:
     session.run(script, *args, *session.posargs, env=CPU_ENV, external=True)
 
 
+#: The test run's two streams, run side by side, each a fixed sequence of pytest runs (JUnit XML
+#: file, arguments). The first takes the end-to-end tests (``slow``: main jobs, gates, kill
+#: matrices and fault runs in processes of their own, many at a time); the second the rest, the
+#: checks that compute in the test process last (the suites on the reference, then on the
+#: installed vLLM), so that they get both cores' threads once the first stream has ended.
+TEST_STREAMS: dict[str, list[tuple[str, list[str]]]] = {
+    "end-to-end": [
+        ("junit-tests-slow.xml", ["suites", "-m", "slow and not gpu and not fuzz and not bench"])
+    ],
+    "the rest": [
+        (
+            "junit-tests.xml",
+            [
+                *("suites/harness", "suites/reference", "suites/gpu", "suites/conformance"),
+                *("-m", "not slow and not gpu and not fuzz and not bench"),
+            ],
+        ),
+        ("junit-tests-vllm.xml", ["suites/conformance", "--target=vllm"]),
+    ],
+}
+
+
+def run_streams(session: nox.Session, streams: dict[str, list[tuple[str, list[str]]]]) -> None:
+    """Each stream's pytest runs one after the other, the streams side by side, each stream's
+    output into its log under reports/ and shown when it ends. The session fails, naming them,
+    if any run failed; a stream goes on after a failed run of its own.
+
+    The cores are shared as the main job shares them (harness/jobs/cores.py): each pytest
+    process reads its share of torch's threads from one file before each check
+    (``--core-share-file``), ``cores // streams running``; child processes get one thread
+    each (OMP_NUM_THREADS, unless the caller set it). With torch's default of a thread per core
+    in every process, the in-process checks of one stream ran 8 times slower beside the other
+    (OpenMP's threads wait for cores the other stream holds)."""
+    python = shared_python(session)
+    one_thread = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    env = {**one_thread, **os.environ, **CPU_ENV}
+    cores = os.cpu_count() or 1
+    share = REPORTS / ".tests-core-share"
+    running = [len(streams)]
+    lock = threading.Lock()
+    failed: list[str] = []
+
+    def write_share() -> None:
+        partial = share.with_name(share.name + ".partial")
+        partial.write_text(f"{max(1, cores // max(1, running[0]))}\n")
+        os.replace(partial, share)
+
+    def run_stream(name: str, runs: list[tuple[str, list[str]]]) -> None:
+        log_path = REPORTS / f"tests-{name.replace(' ', '-')}.log"
+        with log_path.open("w") as log:
+            for junit, args in runs:
+                command = [python, "-m", "pytest", *args, f"--junitxml={REPORTS / junit}"]
+                command += [f"--core-share-file={share}", *session.posargs]
+                log.write(f"$ {' '.join(command)}\n")
+                log.flush()
+                status = subprocess.call(command, stdout=log, stderr=subprocess.STDOUT, env=env)
+                if status != 0:
+                    failed.append(f"{name}: pytest {' '.join(args)} (exit {status})")
+        with lock:
+            running[0] -= 1
+            write_share()
+        session.log(f"stream {name!r} ended; its output ({log_path}):")
+        print(log_path.read_text(), flush=True)
+
+    write_share()
+    threads = [
+        threading.Thread(target=run_stream, args=(name, runs), name=name)
+        for name, runs in streams.items()
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    share.unlink(missing_ok=True)
+    if failed:
+        session.error("failed: " + "; ".join(failed))
+
+
 @nox.session(venv_backend="none")
 def tests(session: nox.Session) -> None:
     """The harness's own tests and the suites on `reference`, then the suites on `vllm`.
 
-    One process each, the modules in a fixed order. With pytest-xdist (`-- -n 2 --dist
-    loadfile`: the first run took 11.6 minutes on 2 cores, against 13.5 in one process; it is
-    CPU-bound, 1,330 s of CPU) which modules share a worker, and in what order, changes from run
-    to run, so a test that leaves state behind for a later module can fail some runs and not
-    others; CI keeps one order. The main jobs, gates and kill matrices its tests start fork
-    their target processes from one server of each kind (harness/jobs/forkserver.py), which the
-    run starts (the root conftest.py)."""
+    Two streams side by side (TEST_STREAMS), each in one fixed order: a test that leaves state
+    behind for a later module fails every run or none. (pytest-xdist is installed, and
+    `-- -n 2 --dist loadfile` spreads whole modules over two workers per stream; which modules
+    then share a worker, and in what order, changes from run to run.) The run is CPU-bound on 2
+    cores: the end-to-end tests' children wait on each other, and the other stream fills those
+    waits. The main jobs, gates and kill matrices its tests start fork their target processes
+    from one server of each kind per stream (harness/jobs/forkserver.py, started by the root
+    conftest.py)."""
     REPORTS.mkdir(exist_ok=True)
-    pytest(
-        session,
-        "suites",
-        "-m",
-        "not gpu and not fuzz and not bench",
-        f"--junitxml={REPORTS / 'junit-tests.xml'}",
-    )
-    pytest(
-        session,
-        "suites/conformance",
-        "--target=vllm",
-        f"--junitxml={REPORTS / 'junit-tests-vllm.xml'}",
-    )
+    run_streams(session, TEST_STREAMS)
 
 
 @nox.session(venv_backend="none")

@@ -75,6 +75,7 @@ def test_the_reference_against_itself_measures_nothing_in_fp32(tmp_path):
 
 
 @needs_vllm
+@pytest.mark.slow
 @pytest.mark.vllm
 def test_vllm_is_calibrated_where_it_serves_and_says_why_where_it_does_not(tmp_path):
     out = tmp_path / "table.json"
@@ -98,6 +99,7 @@ def test_vllm_is_calibrated_where_it_serves_and_says_why_where_it_does_not(tmp_p
 
 
 @needs_vllm
+@pytest.mark.slow
 @pytest.mark.vllm
 def test_the_committed_bounds_pass_vllm_on_an_unseen_seed(tmp_path):
     seed = str(CHECK_SEEDS.stop)

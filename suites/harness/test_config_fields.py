@@ -276,6 +276,7 @@ def test_an_ignore_run_runs_whole_modules():
 
 
 @needs_vllm
+@pytest.mark.slow
 def test_ignoring_the_thumbnail_fails_a_variant_of_the_covering_array(tmp_path):
     """No hand-picked variant turns the thumbnail off; the covering array's variants that do
     serve the catalogue as the reference does (the vLLM suites' run), and one of them fails when
@@ -317,6 +318,7 @@ def test_ignoring_the_thumbnail_fails_a_variant_of_the_covering_array(tmp_path):
 
 
 @needs_vllm
+@pytest.mark.slow
 def test_a_build_s_reads_count_for_every_check_that_uses_the_model(tmp_path):
     """The model is built in the first check that asks for it and shared: the fields its
     constructor reads count for the later checks too (else an ignore run leaves them out, and a

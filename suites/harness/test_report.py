@@ -170,6 +170,7 @@ def _main_job(out, *args):
 
 
 @needs_vllm
+@pytest.mark.slow
 @pytest.mark.vllm
 def test_targets_side_by_side_give_the_results_they_give_one_after_the_other(tmp_path):
     """The main job runs its targets at the same time (--jobs, by default one per target up to
