@@ -150,10 +150,15 @@ TEST_STREAMS: dict[str, list[tuple[str, list[str]]]] = {
 }
 
 
+#: pytest's exit status when the arguments select no test.
+NO_TESTS_COLLECTED = 5
+
+
 def run_streams(session: nox.Session, streams: dict[str, list[tuple[str, list[str]]]]) -> None:
     """Each stream's pytest runs one after the other, the streams side by side, each stream's
     output into its log under reports/ and shown when it ends. The session fails, naming them,
-    if any run failed; a stream goes on after a failed run of its own.
+    if any run failed (but for one that the session's arguments left without a test); a stream
+    goes on after a failed run of its own.
 
     The cores are shared as the main job shares them (harness/jobs/cores.py): each pytest
     process reads its share of torch's threads from one file before each check
@@ -184,7 +189,10 @@ def run_streams(session: nox.Session, streams: dict[str, list[tuple[str, list[st
                 log.write(f"$ {' '.join(command)}\n")
                 log.flush()
                 status = subprocess.call(command, stdout=log, stderr=subprocess.STDOUT, env=env)
-                if status != 0:
+                # Arguments that select no test of this run (`-- -k test_faults`): exit 5.
+                if status == NO_TESTS_COLLECTED and session.posargs:
+                    session.log(f"{name}: pytest {' '.join(args)}: no test selected")
+                elif status != 0:
                     failed.append(f"{name}: pytest {' '.join(args)} (exit {status})")
         with lock:
             running[0] -= 1
