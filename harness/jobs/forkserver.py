@@ -6,16 +6,18 @@ every process a main job starts (one per target and check group, and one more af
 A fork server imports torch, pytest and vLLM once
 (:func:`harness.jobs.preload.preload_target_imports`); each target process is a fork of it that
 runs ``pytest.main(ARGS)`` in the environment, folder and ``sys.path`` a new ``python -m pytest``
-would have, and ends as a new Python ends (its threads waited for, its exit handlers run). What
-a fork cannot change is refused: a process whose ``PYTHON*`` variables differ from the server's
-starts as a new Python. Forks share the server's hash seed (set ``PYTHONHASHSEED``, as the nox
-sessions do, for runs that repeat).
+would have, and ends as a new Python ends (its threads waited for, its exit handlers run). Asked
+for another module, a fork runs it as ``python -m MODULE ARGS`` would: the harness's tests run
+its commands that build vLLM's models this way. What a fork cannot change is refused: a process
+whose ``PYTHON*`` variables differ from the server's starts as a new Python. Forks share the
+server's hash seed (set ``PYTHONHASHSEED``, as the nox sessions do, for runs that repeat).
 
 The server listens on a Unix socket (``SOCK_SEQPACKET``: one message per request or answer).
-A client sends one request, a JSON object ``{"args": [...], "env": {...}, "cwd": "..."}``, with
-the write end of its output pipe attached; the server forks a child, which starts its own
-session (its process group is the pid: the supervisor samples and kills the group, as it does a
-process it started) and runs the session, and answers ``pid N``. When the child ends the server
+A client sends one request, a JSON object ``{"args": [...], "env": {...}, "cwd": "..."}`` (and
+``"module"``, pytest's by default), with the write end of its output pipe attached; the server
+forks a child, which starts its own session (its process group is the pid: the supervisor
+samples and kills the group, as it does a process it started) and runs the session, and answers
+``pid N``. When the child ends the server
 answers ``exit S`` (S as :func:`os.waitstatus_to_exitcode` gives it: negative for a signal).
 The client may send ``kill SIG`` meanwhile: the server signals the child's group while the child
 is still its own (not yet reaped), so a pid used again is never signalled. A client that goes
@@ -33,6 +35,7 @@ import argparse
 import contextlib
 import json
 import os
+import runpy
 import select
 import signal
 import socket
@@ -65,6 +68,10 @@ SHARED_SERVERS_ENV = "NEMOTRON_VL_FORK_SERVERS"
 #: Read when an interpreter starts (PYTHONHASHSEED, PYTHONWARNINGS, ...): a child forked from a
 #: server started with other values would not be the process asked for. PYTHONPATH is applied
 #: in the child; the thread counts are set there.
+#: The module a request runs unless it names another.
+PYTEST = "pytest"
+
+
 def interpreter_variables(env: Mapping[str, str]) -> dict[str, str]:
     return {k: v for k, v in env.items() if k.startswith("PYTHON") and k != "PYTHONPATH"}
 
@@ -139,28 +146,39 @@ class _Server:
         try:
             request = json.loads(text)
             args, env, cwd = request["args"], request["env"], request["cwd"]
+            module = request.get("module", PYTEST)
             if not (
                 isinstance(args, list)
                 and all(isinstance(a, str) for a in args)
                 and isinstance(env, dict)
                 and all(isinstance(k, str) and isinstance(v, str) for k, v in env.items())
                 and isinstance(cwd, str)
+                and isinstance(module, str)
+                and module
             ):
-                raise TypeError("args: a list of strings, env: strings by name, cwd: a string")
-        except (ValueError, KeyError, TypeError) as e:
+                raise TypeError(
+                    "args: a list of strings, env: strings by name, cwd: a string, module "
+                    "(optional): a module's name"
+                )
+        except (ValueError, KeyError, TypeError, AttributeError) as e:
             os.close(output)
-            self._answer(client, f"error: a request is a JSON object of args, env, cwd: {e}")
+            self._answer(
+                client, f"error: a request is a JSON object of args, env, cwd (and module): {e}"
+            )
             return
-        client.pid = self._fork(args, env, cwd, output)
+        client.pid = self._fork(module, args, env, cwd, output)
         self.children[client.pid] = client
         self._answer(client, f"pid {client.pid}")
 
-    def _fork(self, args: list[str], env: dict[str, str], cwd: str, output: int) -> int:
+    def _fork(
+        self, module: str, args: list[str], env: dict[str, str], cwd: str, output: int
+    ) -> int:
         started_r, started_w = os.pipe()
         pid = fork_frozen()
         if pid == 0:
             os.close(started_r)
-            _child(args, env, cwd, output, started_w, [self.listener, *self._connections()])
+            inherited = [self.listener, *self._connections()]
+            _child(module, args, env, cwd, output, started_w, inherited)
         os.close(started_w)
         os.close(output)
         os.read(started_r, 1)  # its own session started (or it died): its group can be signalled
@@ -203,6 +221,7 @@ class _Server:
 
 
 def _child(
+    module: str,
     args: list[str],
     env: dict[str, str],
     cwd: str,
@@ -210,8 +229,9 @@ def _child(
     started: int,
     inherited: Sequence[socket.socket],
 ) -> None:
-    """The forked child: a target process, as ``python -m pytest ARGS`` would start in ``cwd``
-    with ``env``; it exits with pytest's status and never returns."""
+    """The forked child: a target process, as ``python -m MODULE ARGS`` (pytest, unless another
+    module was asked for) would start in ``cwd`` with ``env``; it exits with the module's
+    status and never returns."""
     status = 3
     try:
         os.setsid()  # its own process group: a limit kills whatever it started
@@ -231,13 +251,17 @@ def _child(
         import pytest
         import torch
 
-        sys.argv = [str(Path(pytest.__file__).with_name("__main__.py")), *args]  # as -m sets it
-
         # A new process reads its thread count from the environment when torch starts; the
         # server's torch started before this child's environment was set.
         threads = env.get("OMP_NUM_THREADS", "")
         torch.set_num_threads(int(threads) if threads.isdigit() and int(threads) > 0 else _cores())
-        status = int(pytest.main(args))
+        if module == PYTEST:
+            sys.argv = [str(Path(pytest.__file__).with_name("__main__.py")), *args]  # as -m does
+            status = int(pytest.main(args))
+        else:
+            sys.argv = [module, *args]  # its first item becomes the module's file, as -m sets it
+            runpy.run_module(module, run_name="__main__", alter_sys=True)
+            status = 0
     except SystemExit as e:
         if e.code is None or isinstance(e.code, int):
             status = e.code or 0
@@ -248,6 +272,8 @@ def _child(
         import traceback
 
         traceback.print_exc()
+        # pytest's internal error is 3; an uncaught exception ends a new Python with 1.
+        status = 3 if module == PYTEST else 1
     finally:
         _shut_down()
         os._exit(status)
@@ -332,6 +358,7 @@ class ForkedProcess:
         env: dict[str, str],
         cwd: Path,
         *,
+        module: str = PYTEST,
         quiet: bool = False,
     ) -> None:
         self.returncode: int | None = None
@@ -342,7 +369,9 @@ class ForkedProcess:
         self._conn = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             self._conn.connect(str(path))
-            request = json.dumps({"args": list(args), "env": env, "cwd": str(cwd)}).encode()
+            request = json.dumps(
+                {"args": list(args), "env": env, "cwd": str(cwd), "module": module}
+            ).encode()
             socket.send_fds(self._conn, [request], [write])
             os.close(write)
             write = -1
@@ -466,12 +495,14 @@ class ForkServer:
         env: dict[str, str],
         cwd: Path,
         *,
+        module: str = PYTEST,
         quiet: bool = False,
         interrupted: Callable[[], bool] = lambda: False,
     ) -> ForkedProcess:
-        """``python -m pytest ARGS`` in ``cwd`` with ``env``, forked from the server once it is
-        ready. A process whose :func:`interpreter_variables` differ from the server's is
-        refused (:class:`ForkServerError`): it must start as a new Python."""
+        """``python -m MODULE ARGS`` (pytest's, unless another is named) in ``cwd`` with
+        ``env``, forked from the server once it is ready. A process whose
+        :func:`interpreter_variables` differ from the server's is refused
+        (:class:`ForkServerError`): it must start as a new Python."""
         wanted = interpreter_variables(env)
         if wanted != self.interpreter:
             changed = sorted(
@@ -484,7 +515,7 @@ class ForkServer:
                 "server's (read when an interpreter starts)"
             )
         self.wait_ready(interrupted)
-        return ForkedProcess(self.path, args, env, cwd, quiet=quiet)
+        return ForkedProcess(self.path, args, env, cwd, module=module, quiet=quiet)
 
 
 def start_server(kind: str, folder: Path) -> ForkServer:

@@ -5,6 +5,9 @@ from __future__ import annotations
 import functools
 import json
 import os
+import signal
+import subprocess
+import sys
 from collections.abc import Callable, Hashable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from importlib import metadata
@@ -83,6 +86,48 @@ def validate(document: Any, schema: Path) -> None:
     registry = Registry().with_resources((r.id(), r) for r in resources)
     contents = json.loads(schema.read_text())
     jsonschema.Draft202012Validator(contents, registry=registry).validate(document)
+
+
+def run_forked(
+    args: Sequence[str], *, module: str = "pytest", kind: str = "vllm", timeout_s: float = 900
+) -> subprocess.CompletedProcess[str]:
+    """``python -m MODULE ARGS`` in the repository, its output and errors together in
+    ``stdout``, as ``subprocess.run`` gives them: forked from the test run's fork server of
+    ``kind`` (:mod:`harness.jobs.forkserver`, shared by the root conftest: vLLM imported once
+    for the run, not once per command), else (no shared server, or this process's ``PYTHON*``
+    variables are not the server's) a new Python. A command that outlives ``timeout_s`` is
+    killed, and the test fails."""
+    from harness.jobs.forkserver import ForkServerError, shared_servers
+
+    command = [sys.executable, "-m", module, *args]
+    servers = shared_servers([kind])
+    try:
+        if servers is None:
+            raise ForkServerError("no shared fork server")
+        child = servers[kind].start(list(args), dict(os.environ), ROOT, module=module)
+    except ForkServerError:
+        done = subprocess.run(
+            command,
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            timeout=timeout_s,
+            check=False,
+        )
+        return done
+    assert child.stdout is not None
+    with ThreadPoolExecutor(max_workers=1) as reader:
+        said = reader.submit(child.stdout.read)
+        try:
+            status = child.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            child.signal_group(signal.SIGKILL, direct=True)
+            child.wait(timeout=30)
+            pytest.fail(f"{' '.join(command)}: still running after {timeout_s:g} s")
+        output = said.result(timeout=60).decode(errors="replace")
+    child.stdout.close()
+    return subprocess.CompletedProcess(command, status, output, "")
 
 
 K = TypeVar("K", bound=Hashable)

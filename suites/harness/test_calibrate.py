@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 
 import pytest
 import torch
@@ -14,7 +13,7 @@ from harness.checkpoints.spec import ModelSpec
 from harness.jobs.calibrate import CALIBRATION_SEEDS, CHECK_SEEDS, main
 from harness.oracles.bounds import cell_key, parse_table
 from harness.oracles.parity import BF16_BOUND
-from suites.harness.helpers import ROOT, needs_vllm
+from suites.harness.helpers import needs_vllm, run_forked
 
 
 def test_the_suites_calibration_and_check_seeds_never_overlap():
@@ -41,17 +40,11 @@ def test_bad_arguments_are_refused_naming_them(argv, words, capsys):
 
 
 def _calibrate(*args: str) -> subprocess.CompletedProcess[str]:
-    """``nemotron-vl-calibrate ARGS`` in a process of its own: building models initialises
-    torch's thread pools (and vLLM's runtime), which a test process that later forks suite
-    runs must not carry into its children."""
-    return subprocess.run(
-        [sys.executable, "-m", "harness.jobs.calibrate", *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=900,
-        check=False,
-    )
+    """``nemotron-vl-calibrate ARGS`` in a process of its own, forked from the test run's vLLM
+    fork server where it has one: building models initialises torch's thread pools (and
+    vLLM's runtime), which a test process that later forks suite runs must not carry into its
+    children. Its output and errors together in ``stdout``."""
+    return run_forked(args, module="harness.jobs.calibrate")
 
 
 def test_an_unknown_target_is_refused_naming_it(capsys):
@@ -66,7 +59,7 @@ def test_the_reference_against_itself_measures_nothing_in_fp32(tmp_path):
     out = tmp_path / "table.json"
     args = ["--target", "reference", "--seeds", "1", "--draws", "1", "--paths", "connector"]
     done = _calibrate(*args, "--out", str(out))
-    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.returncode == 0, done.stdout[-3000:]
     cells = json.loads(out.read_text())["cells"]
     for saved in ("bfloat16", "float32"):  # --dtype auto is fp32 for the reference
         assert set(cells[cell_key("connector", "float32", saved)]["global"]) == {0.0}
@@ -81,7 +74,7 @@ def test_vllm_is_calibrated_where_it_serves_and_says_why_where_it_does_not(tmp_p
     out = tmp_path / "table.json"
     args = ["--target", "vllm", "--seeds", "1", "--draws", "1", "--paths", "image-static"]
     done = _calibrate(*args, "--out", str(out))
-    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.returncode == 0, done.stdout[-3000:]
     data = json.loads(out.read_text())
     # One image request drawn (one or two images): one or two samples in the default cell.
     cell = data["cells"][cell_key("image-static", "bfloat16", "bfloat16")]
@@ -105,7 +98,7 @@ def test_the_committed_bounds_pass_vllm_on_an_unseen_seed(tmp_path):
     seed = str(CHECK_SEEDS.stop)
     report = tmp_path / "check.md"
     done = _calibrate("--check-only", "--check-seeds", seed, "--report", str(report))
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert done.returncode == 0, done.stdout[-3000:]
     text = report.read_text()
     rows = {line.split(" | ")[0].lstrip("| "): line for line in text.splitlines()}
     for path in ("image-static", "video-t1", "audio-hop-160", "connector"):

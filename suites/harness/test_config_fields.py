@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import subprocess
-import sys
+import re
 from typing import Any
 
 import pytest
@@ -31,7 +30,7 @@ from harness.mutation.config_fields import (
     value_in,
 )
 from harness.plugin.config_reads import checkpoint_config
-from suites.harness.helpers import ROOT, needs_vllm
+from suites.harness.helpers import ROOT, needs_vllm, run_forked
 
 
 def _recorded(fields: list[dict[str, Any]], variants: list[ModelSpec]) -> dict[str, Any]:
@@ -289,11 +288,8 @@ def test_ignoring_the_thumbnail_fails_a_variant_of_the_covering_array(tmp_path):
         s for s in covering_array() if not (s.use_thumbnail or s.dynamic_resolution or isolated(s))
     )
     out = tmp_path / "reads.json"
-    done = subprocess.run(
+    done = run_forked(
         [
-            sys.executable,
-            "-m",
-            "pytest",
             f"{PAIRWISE_CHECK}[{spec.slug}]",
             "--target=vllm",
             "-p",
@@ -302,14 +298,13 @@ def test_ignoring_the_thumbnail_fails_a_variant_of_the_covering_array(tmp_path):
             f"--record-config-reads={out}",
             "--ignore-config-field=config.use_thumbnail",
         ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
+        timeout_s=300,
     )
-    assert out.exists(), done.stdout[-3000:] + done.stderr[-3000:]
+    assert out.exists(), done.stdout[-3000:]
     assert done.returncode == 1, "the variant passed with the thumbnail ignored"
-    assert "1 failed" in done.stdout.splitlines()[-1], done.stdout[-3000:]
+    # pytest's summary line (the errors' lines share the output and may follow it).
+    (summary,) = re.findall(r"^\d+ (?:failed|passed)\b.* in [\d.]+s", done.stdout, re.M)
+    assert summary.startswith("1 failed"), done.stdout[-3000:]
     recorded = json.loads(out.read_text())
     assert recorded["ignored"] == "config.use_thumbnail"
     reads = {(f["section"], f["field"]) for f in recorded["fields"]}
@@ -328,25 +323,11 @@ def test_a_build_s_reads_count_for_every_check_that_uses_the_model(tmp_path):
         for name in ("images-pil", "images-array")
     )
     out = tmp_path / "reads.json"
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            first,
-            second,
-            "--target=vllm",
-            "-p",
-            "no:cacheprovider",
-            "-q",
-            f"--record-config-reads={out}",
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
+    done = run_forked(
+        [first, second, "--target=vllm", "-p", "no:cacheprovider", f"--record-config-reads={out}"],
+        timeout_s=300,
     )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert done.returncode == 0, done.stdout[-3000:]
     recorded = json.loads(out.read_text())
     # Read once, by the constructor (nano_nemotron_vl.py), while the first check built it.
     (ps_version,) = (f for f in recorded["fields"] if f["field"] == "ps_version")

@@ -225,6 +225,29 @@ def test_a_shared_server_that_ended_before_it_was_ready_is_named(tmp_path):
         ended.wait_ready()
 
 
+COMMAND = """
+import os, sys
+
+print("argv", sys.argv[1:], "as", __name__, "in", os.getcwd(), os.environ["FORKED_CHECK"])
+if sys.argv[1] == "raises":
+    raise RuntimeError("uncaught")
+raise SystemExit(int(sys.argv[1]))
+"""
+
+
+@pytest.mark.parametrize(("argument", "status"), [("0", 0), ("7", 7), ("raises", 1)])
+def test_a_child_runs_another_module_as_python_m_would(server, checks, argument, status):
+    """``python -m forked_command ARG`` in the child's folder (first on its ``sys.path``): run as
+    ``__main__`` with its arguments, in its environment; its exit status as a new Python's."""
+    (checks / "forked_command.py").write_text(COMMAND)
+    child = server.start([argument], environment(checks), checks, module="forked_command")
+    output = output_of(child)
+    assert child.wait(timeout=60) == status, output
+    assert f"argv ['{argument}'] as __main__ in {checks} yes" in output
+    if argument == "raises":
+        assert "RuntimeError: uncaught" in output
+
+
 def test_a_bad_message_is_answered_and_the_server_goes_on(server, checks):
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     conn.connect(str(server.path))
@@ -240,6 +263,15 @@ def test_a_bad_message_is_answered_and_the_server_goes_on(server, checks):
     os.close(write)
     os.close(read)
     assert "args: a list of strings" in conn.recv(1 << 16).decode()
+    conn.close()
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    conn.connect(str(server.path))
+    conn.settimeout(10)
+    read, write = os.pipe()
+    socket.send_fds(conn, [b'{"args": [], "env": {}, "cwd": "/", "module": 5}'], [write])
+    os.close(write)
+    os.close(read)
+    assert "module (optional): a module's name" in conn.recv(1 << 16).decode()
     conn.close()
     child = server.start(session(checks, "environment"), environment(checks), checks)
     output = output_of(child)
