@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import functools
-import subprocess
-import sys
 
 import pytest
 
@@ -16,7 +14,7 @@ from harness.jobs.deviations import (
     describe,
     load_deviations,
 )
-from suites.harness.helpers import ROOT, run_suites
+from suites.harness.helpers import run_forked, run_suites
 
 CHECK = "suites/conformance/test_passthrough.py::test_the_upstream_reproducer"
 PIN = "raises = 'ValueError'\nmatch = 'x'\nreach = 'request'\n"
@@ -194,23 +192,11 @@ def test_bad_deviations_file_exits_2(tmp_path):
 @functools.cache
 def conformance_check_ids() -> frozenset[str]:
     """The ids of every conformance check, as ``pytest --co`` lists them (collected once)."""
-    listed = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "suites/conformance",
-            "--co",
-            "-q",
-            "-p",
-            "no:cacheprovider",
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.splitlines()
-    return frozenset(listed)
+    listed = run_forked(
+        ["suites/conformance", "--co", "-q", "-p", "no:cacheprovider"], kind="torch"
+    )
+    assert listed.returncode == 0, listed.stdout[-3000:]
+    return frozenset(listed.stdout.splitlines())
 
 
 @pytest.mark.parametrize("name", ["reference", "vllm"])
