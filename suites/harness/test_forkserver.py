@@ -248,31 +248,32 @@ def test_a_child_runs_another_module_as_python_m_would(server, checks, argument,
         assert "RuntimeError: uncaught" in output
 
 
+def answer_to(server: ForkServer, message: bytes, *, with_pipe: bool) -> str:
+    """The server's answer to one message sent on a connection of its own (a request's output
+    pipe attached ``with_pipe``)."""
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    try:
+        conn.connect(str(server.path))
+        conn.settimeout(10)
+        if with_pipe:
+            read, write = os.pipe()
+            socket.send_fds(conn, [message], [write])
+            os.close(write)
+            os.close(read)
+        else:
+            conn.send(message)
+        return conn.recv(1 << 16).decode()
+    finally:
+        conn.close()
+
+
 def test_a_bad_message_is_answered_and_the_server_goes_on(server, checks):
-    conn = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    conn.connect(str(server.path))
-    conn.settimeout(10)
-    conn.send(b"kill nine")
-    assert conn.recv(1 << 16).decode().startswith("error: kill: expected a signal number")
-    conn.close()
-    conn = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    conn.connect(str(server.path))
-    conn.settimeout(10)
-    read, write = os.pipe()
-    socket.send_fds(conn, [b'{"args": "not a list", "env": {}, "cwd": "/"}'], [write])
-    os.close(write)
-    os.close(read)
-    assert "args: a list of strings" in conn.recv(1 << 16).decode()
-    conn.close()
-    conn = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    conn.connect(str(server.path))
-    conn.settimeout(10)
-    read, write = os.pipe()
-    socket.send_fds(conn, [b'{"args": [], "env": {}, "cwd": "/", "module": 5}'], [write])
-    os.close(write)
-    os.close(read)
-    assert "module (optional): a module's name" in conn.recv(1 << 16).decode()
-    conn.close()
+    answer = answer_to(server, b"kill nine", with_pipe=False)
+    assert answer.startswith("error: kill: expected a signal number"), answer
+    request = b'{"args": "not a list", "env": {}, "cwd": "/"}'
+    assert "args: a list of strings" in answer_to(server, request, with_pipe=True)
+    request = b'{"args": [], "env": {}, "cwd": "/", "module": 5}'
+    assert "module (optional): a module's name" in answer_to(server, request, with_pipe=True)
     child = server.start(session(checks, "environment"), environment(checks), checks)
     output = output_of(child)
     assert child.wait(timeout=60) == 0, output
