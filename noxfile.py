@@ -29,6 +29,7 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
+from typing import IO
 
 import nox
 
@@ -157,61 +158,91 @@ NO_TESTS_COLLECTED = 5
 def run_streams(session: nox.Session, streams: dict[str, list[tuple[str, list[str]]]]) -> None:
     """Each stream's pytest runs one after the other, the streams side by side, each stream's
     output into its log under reports/ and shown when it ends. The session fails, naming them,
-    if any run failed (but for one that the session's arguments left without a test); a stream
-    goes on after a failed run of its own.
+    if any run failed, or if the session's arguments left every run without a test (a run they
+    leave without one, exit 5, is said); a stream goes on after a failed run of its own. An
+    interrupt (Ctrl-C) stops every run and starts no other.
 
     The cores are shared as the main job shares them (harness/jobs/cores.py): each pytest
     process reads its share of torch's threads from one file before each check
-    (``--core-share-file``), ``cores // streams running``; child processes get one thread
-    each (OMP_NUM_THREADS, unless the caller set it). With torch's default of a thread per core
-    in every process, the in-process checks of one stream ran 8 times slower beside the other
-    (OpenMP's threads wait for cores the other stream holds)."""
+    (``--core-share-file``), ``cores // streams running``. With torch's default of a thread
+    per core in every process, the in-process checks of one stream ran 8 times slower beside
+    the other (OpenMP's threads wait for cores the other stream holds)."""
     python = shared_python(session)
-    one_thread = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-    env = {**one_thread, **os.environ, **CPU_ENV}
+    env = {**os.environ, **CPU_ENV}
     cores = os.cpu_count() or 1
     share = REPORTS / ".tests-core-share"
     running = [len(streams)]
     lock = threading.Lock()
+    stop = threading.Event()
+    processes: dict[str, subprocess.Popen[bytes]] = {}
     failed: list[str] = []
+    selected: list[str] = []
 
     def write_share() -> None:
         partial = share.with_name(share.name + ".partial")
         partial.write_text(f"{max(1, cores // max(1, running[0]))}\n")
         os.replace(partial, share)
 
+    def run_one(name: str, log: IO[str], junit: str, args: list[str]) -> None:
+        command = [python, "-m", "pytest", *args, f"--junitxml={REPORTS / junit}"]
+        command += [f"--core-share-file={share}", *session.posargs]
+        log.write(f"$ {' '.join(command)}\n")
+        log.flush()
+        with lock:
+            if stop.is_set():
+                return
+            process = processes[name] = subprocess.Popen(
+                command, stdout=log, stderr=subprocess.STDOUT, env=env
+            )
+        status = process.wait()
+        # Arguments that select no test of this run (`-- -k test_faults`): exit 5.
+        if status == NO_TESTS_COLLECTED and session.posargs:
+            session.log(f"{name}: pytest {' '.join(args)}: no test selected")
+            return
+        selected.append(name)
+        if status != 0:
+            failed.append(f"{name}: pytest {' '.join(args)} (exit {status})")
+
     def run_stream(name: str, runs: list[tuple[str, list[str]]]) -> None:
         log_path = REPORTS / f"tests-{name.replace(' ', '-')}.log"
-        with log_path.open("w") as log:
-            for junit, args in runs:
-                command = [python, "-m", "pytest", *args, f"--junitxml={REPORTS / junit}"]
-                command += [f"--core-share-file={share}", *session.posargs]
-                log.write(f"$ {' '.join(command)}\n")
-                log.flush()
-                status = subprocess.call(command, stdout=log, stderr=subprocess.STDOUT, env=env)
-                # Arguments that select no test of this run (`-- -k test_faults`): exit 5.
-                if status == NO_TESTS_COLLECTED and session.posargs:
-                    session.log(f"{name}: pytest {' '.join(args)}: no test selected")
-                elif status != 0:
-                    failed.append(f"{name}: pytest {' '.join(args)} (exit {status})")
-        with lock:
-            running[0] -= 1
-            write_share()
+        try:
+            with log_path.open("w") as log:
+                for junit, args in runs:
+                    run_one(name, log, junit, args)
+        except BaseException as e:  # a stream that could not run is a failure, not a pass
+            failed.append(f"{name}: {type(e).__name__}: {e}")
+        finally:
+            with lock:
+                running[0] -= 1
+                write_share()
         session.log(f"stream {name!r} ended; its output ({log_path}):")
-        print(log_path.read_text(), flush=True)
+        print(log_path.read_text(errors="replace"), flush=True)
 
-    write_share()
     threads = [
-        threading.Thread(target=run_stream, args=(name, runs), name=name)
+        threading.Thread(target=run_stream, args=(name, runs), name=name, daemon=True)
         for name, runs in streams.items()
     ]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    share.unlink(missing_ok=True)
+    try:
+        write_share()
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    except BaseException:
+        with lock:
+            stop.set()
+            for process in processes.values():
+                if process.poll() is None:
+                    process.terminate()
+        for thread in threads:
+            thread.join(timeout=60)
+        raise
+    finally:
+        share.unlink(missing_ok=True)
     if failed:
         session.error("failed: " + "; ".join(failed))
+    if not selected:
+        session.error(f"no test selected by {' '.join(session.posargs)}")
 
 
 @nox.session(venv_backend="none")

@@ -65,13 +65,13 @@ _MESSAGE = 1 << 20  # the largest message: a request carries the whole environme
 SHARED_SERVERS_ENV = "NEMOTRON_VL_FORK_SERVERS"
 
 
-#: Read when an interpreter starts (PYTHONHASHSEED, PYTHONWARNINGS, ...): a child forked from a
-#: server started with other values would not be the process asked for. PYTHONPATH is applied
-#: in the child; the thread counts are set there.
 #: The module a request runs unless it names another.
 PYTEST = "pytest"
 
 
+#: Read when an interpreter starts (PYTHONHASHSEED, PYTHONWARNINGS, ...): a child forked from a
+#: server started with other values would not be the process asked for. PYTHONPATH is applied
+#: in the child; the thread counts are set there.
 def interpreter_variables(env: Mapping[str, str]) -> dict[str, str]:
     return {k: v for k, v in env.items() if k.startswith("PYTHON") and k != "PYTHONPATH"}
 

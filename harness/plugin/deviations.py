@@ -78,8 +78,8 @@ def _report_failures_natively(item: pytest.Item) -> None:
 
     The long form parses every file of the traceback again for each failure (vLLM's model file
     among them): 0.16 s per expected failure, a fifth of vLLM's suite run, for a traceback the
-    xfail throws away. Python's form reads the same lines through linecache; it is what a
-    deviation that failed for another reason shows (below)."""
+    xfail throws away. Python's form reads the same lines through linecache; a deviation
+    that failed for another reason shows it (below)."""
     function = getattr(item, "obj", None)
     check_code = getattr(inspect.unwrap(function), "__code__", None) if function else None
 
@@ -112,9 +112,10 @@ def pytest_runtest_makereport(
     if different is not None:
         del report.wasxfail  # set by pytest's skipping plugin
         report.outcome = "failed"
-        # The traceback first: the report's reason is the last line (harness.plugin.results).
-        cause = f"known deviation failed for another reason: {different}"
-        report.longrepr = f"{report.longrepr}\n{cause}"
+        # The cause is the failure's one line (the summary's, the report's reason); where the
+        # check failed follows it, as a section of the failure's output.
+        report.sections.append(("the check's traceback", str(report.longrepr)))
+        report.longrepr = f"known deviation failed for another reason: {different}"
     return report
 
 

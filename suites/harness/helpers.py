@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Callable, Hashable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from importlib import metadata
@@ -91,42 +92,51 @@ def validate(document: Any, schema: Path) -> None:
 def run_forked(
     args: Sequence[str], *, module: str = "pytest", kind: str = "vllm", timeout_s: float = 900
 ) -> subprocess.CompletedProcess[str]:
-    """``python -m MODULE ARGS`` in the repository, its output and errors together in
-    ``stdout``, as ``subprocess.run`` gives them: forked from the test run's fork server of
-    ``kind`` (:mod:`harness.jobs.forkserver`, shared by the root conftest: vLLM imported once
-    for the run, not once per command), else (no shared server, or this process's ``PYTHON*``
-    variables are not the server's) a new Python. A command that outlives ``timeout_s`` is
-    killed, and the test fails."""
+    """``python -m MODULE ARGS`` in the repository with one torch thread (it runs beside other
+    work), its output and errors together in ``stdout``, as ``subprocess.run`` gives them:
+    forked from the test run's fork server of ``kind`` (:mod:`harness.jobs.forkserver`, shared
+    by the root conftest: vLLM imported once for the run, not once per command), else (no
+    shared server, or this process's ``PYTHON*`` variables are not the server's) a new Python.
+    A command that outlives ``timeout_s`` is killed, and the test fails."""
     from harness.jobs.forkserver import ForkServerError, shared_servers
 
     command = [sys.executable, "-m", module, *args]
+    env = one_thread_env()
     servers = shared_servers([kind])
     try:
         if servers is None:
             raise ForkServerError("no shared fork server")
-        child = servers[kind].start(list(args), dict(os.environ), ROOT, module=module)
+        child = servers[kind].start(list(args), env, ROOT, module=module)
     except ForkServerError:
-        done = subprocess.run(
+        return subprocess.run(
             command,
             cwd=ROOT,
+            env=env,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
             timeout=timeout_s,
             check=False,
         )
-        return done
     assert child.stdout is not None
-    with ThreadPoolExecutor(max_workers=1) as reader:
-        said = reader.submit(child.stdout.read)
+    said: list[bytes] = []
+    # A daemon reader: a descendant that keeps the pipe open cannot hang the test.
+    reader = threading.Thread(target=lambda: said.append(child.stdout.read()), daemon=True)
+    reader.start()
+    try:
         try:
             status = child.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
-            child.signal_group(signal.SIGKILL, direct=True)
-            child.wait(timeout=30)
+            child.signal_group(signal.SIGKILL)
+            try:
+                child.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                child.signal_group(signal.SIGKILL, direct=True)
             pytest.fail(f"{' '.join(command)}: still running after {timeout_s:g} s")
-        output = said.result(timeout=60).decode(errors="replace")
-    child.stdout.close()
+        reader.join(timeout=60)
+    finally:
+        child.stdout.close()
+    output = said[0].decode(errors="replace") if said else "(its output pipe stayed open)"
     return subprocess.CompletedProcess(command, status, output, "")
 
 

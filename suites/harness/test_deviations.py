@@ -132,9 +132,10 @@ def test_a_deviation_fails_as_known_only_for_its_pinned_cause(tmp_path, raises, 
         assert f"expected {raises} matching {match!r}" in result["reason"]
         assert "got AssertionError: expected a clear error" in result["reason"]
         # Where the check failed, in Python's own traceback: what a deviation's reason cannot say.
-        failure = run.output.split("known deviation failed for another reason")[0]
-        assert "Traceback (most recent call last):" in failure, run.output[-3000:]
-        assert 'test_contracts.py", line ' in failure, run.output[-3000:]
+        failure = run.output.split("known deviation failed for another reason")[1]
+        traceback = failure.split("the check's traceback")[1]
+        assert "Traceback (most recent call last):" in traceback, run.output[-3000:]
+        assert 'test_contracts.py", line ' in traceback, run.output[-3000:]
 
 
 def _wrapped() -> ValueError:

@@ -11,7 +11,8 @@ in this order:
 The report must name the fault and the check, keep the results before it, carry on after it,
 and exit non-zero. The time, memory and restart limits are set low so that each run takes
 seconds; their defaults are for honest checks on slow machines. The main jobs the tests read
-run once each, two at a time (:func:`main_jobs`).
+run once each, two at a time, and the one that waits on a deadlock beside them
+(:func:`main_jobs`).
 """
 
 from __future__ import annotations
@@ -313,10 +314,10 @@ def test_restarts_run_out_and_the_run_is_incomplete(main_jobs: dict[Job, MainJob
 def test_after_a_timeout_the_checks_run_under_a_derived_limit(
     main_jobs: dict[Job, MainJob],
 ) -> None:
-    """A loop on a path many checks share costs one full limit, then a short one per check:
-    after the first timeout each check's limit is --derived-limit-factor times the slowest
-    honest check seen (at least DERIVED_LIMIT_FLOOR_S, at most --check-timeout), and the report
-    says so. The honest check after the hangs still passes under it."""
+    """A hang on a path many checks share (here a deadlock) costs one full limit, then a short
+    one per check: after the first timeout each check's limit is --derived-limit-factor times
+    the slowest honest check seen (at least DERIVED_LIMIT_FLOOR_S, at most --check-timeout), and
+    the report says so. The honest check after the hangs still passes under it."""
     job = main_jobs[TWO_HANGS]
     assert job.returncode == 1, job.output[-3000:]
     first, second = job.target["incidents"]

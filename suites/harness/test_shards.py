@@ -106,7 +106,7 @@ def _kill_matrices(outs: dict[Path, tuple[str, ...]]) -> list[dict[str, Any]]:
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=900,
+        timeout=900 * len(argvs),
         check=False,
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
