@@ -25,6 +25,7 @@ from __future__ import annotations
 import hashlib
 import os
 import runpy
+import signal
 import subprocess
 import sys
 import threading
@@ -160,7 +161,7 @@ def run_streams(session: nox.Session, streams: dict[str, list[tuple[str, list[st
     output into its log under reports/ and shown when it ends. The session fails, naming them,
     if any run failed, or if the session's arguments left every run without a test (a run they
     leave without one, exit 5, is said); a stream goes on after a failed run of its own. An
-    interrupt (Ctrl-C) stops every run and starts no other.
+    interrupt (Ctrl-C, SIGTERM) stops every run and starts no other.
 
     The cores are shared as the main job shares them (harness/jobs/cores.py): each pytest
     process reads its share of torch's threads from one file before each check
@@ -186,11 +187,11 @@ def run_streams(session: nox.Session, streams: dict[str, list[tuple[str, list[st
     def run_one(name: str, log: IO[str], junit: str, args: list[str]) -> None:
         command = [python, "-m", "pytest", *args, f"--junitxml={REPORTS / junit}"]
         command += [f"--core-share-file={share}", *session.posargs]
-        log.write(f"$ {' '.join(command)}\n")
-        log.flush()
         with lock:
             if stop.is_set():
                 return
+            log.write(f"$ {' '.join(command)}\n")
+            log.flush()
             process = processes[name] = subprocess.Popen(
                 command, stdout=log, stderr=subprocess.STDOUT, env=env
             )
@@ -222,6 +223,12 @@ def run_streams(session: nox.Session, streams: dict[str, list[tuple[str, list[st
         threading.Thread(target=run_stream, args=(name, runs), name=name, daemon=True)
         for name, runs in streams.items()
     ]
+
+    def interrupted(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt(signal.Signals(signum).name)
+
+    # A CI runner cancels with SIGTERM: stopped as Ctrl-C stops it, not left to run on.
+    previous = signal.signal(signal.SIGTERM, interrupted)
     try:
         write_share()
         for thread in threads:
@@ -238,6 +245,7 @@ def run_streams(session: nox.Session, streams: dict[str, list[tuple[str, list[st
             thread.join(timeout=60)
         raise
     finally:
+        signal.signal(signal.SIGTERM, previous)
         share.unlink(missing_ok=True)
     if failed:
         session.error("failed: " + "; ".join(failed))
