@@ -152,6 +152,13 @@ TEST_STREAMS: dict[str, list[tuple[str, list[str]]]] = {
 }
 
 
+#: Thread variables of a stream's processes, unless the caller set them. The rest's tests start
+#: commands and reproductions that compute beside the other stream: one torch thread each (the
+#: end-to-end tests' main jobs share their cores as a user's do, and so prove that sharing).
+STREAM_THREADS: dict[str, dict[str, str]] = {
+    "the rest": {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"},
+}
+
 #: pytest's exit status when the arguments select no test.
 NO_TESTS_COLLECTED = 5
 
@@ -193,7 +200,10 @@ def run_streams(session: nox.Session, streams: dict[str, list[tuple[str, list[st
             log.write(f"$ {' '.join(command)}\n")
             log.flush()
             process = processes[name] = subprocess.Popen(
-                command, stdout=log, stderr=subprocess.STDOUT, env=env
+                command,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env={**STREAM_THREADS.get(name, {}), **env},
             )
         status = process.wait()
         # Arguments that select no test of this run (`-- -k test_faults`): exit 5.
