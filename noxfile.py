@@ -40,6 +40,8 @@ SHARED_EXTRAS = "test,vllm,dev"
 REPORTS = ROOT / "reports"
 # The harness's own definition (nox runs without the harness installed: read, not imported).
 _ENVIRONMENT = runpy.run_path(str(ROOT / "harness" / "environment.py"))
+#: The main job's sharing of the cores (standard library only), shared by the test run's streams.
+_CORES = runpy.run_path(str(ROOT / "harness" / "jobs" / "cores.py"))
 CPU_ENV = {**_ENVIRONMENT["CPU"], "PYTHONHASHSEED": "0"}
 
 nox.options.sessions = ["tests"]
@@ -177,19 +179,18 @@ def run_streams(session: nox.Session, streams: dict[str, list[tuple[str, list[st
     the other (OpenMP's threads wait for cores the other stream holds)."""
     python = shared_python(session)
     env = {**os.environ, **CPU_ENV}
-    cores = os.cpu_count() or 1
     share = REPORTS / ".tests-core-share"
-    running = [len(streams)]
+    cores = _CORES["CoreShare"](os.cpu_count() or 1, share)
+    # Each stream holds its share from the start (entered here, before any stream runs a check)
+    # until it ends (left by its own thread).
+    holds = {name: cores.held() for name in streams}
+    for hold in holds.values():
+        hold.__enter__()
     lock = threading.Lock()
     stop = threading.Event()
     processes: dict[str, subprocess.Popen[bytes]] = {}
     failed: list[str] = []
     selected: list[str] = []
-
-    def write_share() -> None:
-        partial = share.with_name(share.name + ".partial")
-        partial.write_text(f"{max(1, cores // max(1, running[0]))}\n")
-        os.replace(partial, share)
 
     def run_one(name: str, log: IO[str], junit: str, args: list[str]) -> None:
         command = [python, "-m", "pytest", *args, f"--junitxml={REPORTS / junit}"]
@@ -223,9 +224,7 @@ def run_streams(session: nox.Session, streams: dict[str, list[tuple[str, list[st
         except BaseException as e:  # a stream that could not run is a failure, not a pass
             failed.append(f"{name}: {type(e).__name__}: {e}")
         finally:
-            with lock:
-                running[0] -= 1
-                write_share()
+            holds[name].__exit__(None, None, None)
         session.log(f"stream {name!r} ended; its output ({log_path}):")
         print(log_path.read_text(errors="replace"), flush=True)
 
@@ -240,7 +239,6 @@ def run_streams(session: nox.Session, streams: dict[str, list[tuple[str, list[st
     # A CI runner cancels with SIGTERM: stopped as Ctrl-C stops it, not left to run on.
     previous = signal.signal(signal.SIGTERM, interrupted)
     try:
-        write_share()
         for thread in threads:
             thread.start()
         for thread in threads:

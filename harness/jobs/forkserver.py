@@ -17,8 +17,8 @@ A client sends one request, a JSON object ``{"args": [...], "env": {...}, "cwd":
 ``"module"``, pytest's by default), with the write end of its output pipe attached; the server
 forks a child, which starts its own session (its process group is the pid: the supervisor
 samples and kills the group, as it does a process it started) and runs the session, and answers
-``pid N``. When the child ends the server
-answers ``exit S`` (S as :func:`os.waitstatus_to_exitcode` gives it: negative for a signal).
+``pid N``. When the child ends the server answers ``exit S`` (S as
+:func:`os.waitstatus_to_exitcode` gives it: negative for a signal).
 The client may send ``kill SIG`` meanwhile: the server signals the child's group while the child
 is still its own (not yet reaped), so a pid used again is never signalled. A client that goes
 away takes its child with it (SIGKILL to its group); a server whose standard input closes (the
