@@ -6,6 +6,7 @@
   restarts);
 - ``forkserver``: the server each target process is forked from, having imported torch (and
   vLLM) once; ``preload``: what it imports (the mutation runner's forks import it too);
+  ``warm``: servers kept between main jobs (``--keep-warm``), used while still current;
 - ``cores``: the main job's cores, handed to the processes still running as others end;
 - ``kept``: a target's clean run kept with what its outcomes came from, reused while none of
   it changed;

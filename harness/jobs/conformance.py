@@ -51,7 +51,7 @@ from xml.etree import ElementTree
 from harness import ROOT
 from harness.checkpoints.cache import shared_folders
 from harness.jobs.cores import CoreShare, cores_shared
-from harness.jobs.forkserver import ForkServer, fork_servers, kind_of
+from harness.jobs.forkserver import ForkServer, kind_of
 from harness.jobs.kept import KeptOutcomes, imports_path, options_key, read_imports
 from harness.jobs.report import TargetRun, build_report, exit_status, verdict, write_report
 from harness.jobs.results import (
@@ -72,6 +72,7 @@ from harness.jobs.supervisor import (
     Supervisor,
     merge_supervised,
 )
+from harness.jobs.warm import DEFAULT_KEEP_WARM_MIN, job_fork_servers
 
 SUITE = "suites/conformance"
 
@@ -384,6 +385,17 @@ def main(argv: list[str] | None = None) -> int:
         "server that imported torch, and vLLM for vLLM's targets, once; "
         "harness/jobs/forkserver.py)",
     )
+    parser.add_argument(
+        "--keep-warm",
+        type=float,
+        nargs="?",
+        const=DEFAULT_KEEP_WARM_MIN,
+        default=None,
+        metavar="MINUTES",
+        help="keep the fork servers this run starts for later runs, each ending after MINUTES "
+        f"with nothing to do (default {DEFAULT_KEEP_WARM_MIN:g}); 0 ends those kept "
+        "(harness/jobs/warm.py). Later runs fork from them with or without this option",
+    )
     try:
         args = parser.parse_args(argv)
     except SystemExit as e:
@@ -395,6 +407,13 @@ def main(argv: list[str] | None = None) -> int:
                 file=sys.stderr,
             )
             return 2
+    if args.keep_warm is not None and not args.keep_warm >= 0:  # NaN included
+        print(
+            "nemotron-vl-conformance: error: --keep-warm: expected minutes, at least 0, got "
+            f"{args.keep_warm:g}",
+            file=sys.stderr,
+        )
+        return 2
     try:
         limits = Limits(
             args.check_timeout, args.memory_limit, args.max_restarts, args.derived_limit_factor
@@ -447,7 +466,7 @@ def main(argv: list[str] | None = None) -> int:
         shared_folders(),
         Interrupt().installed() as interrupt,
         cores_shared(jobs * groups, cores) as cores_share,
-        fork_servers(kinds) as servers,
+        job_fork_servers(kinds, args.keep_warm) as servers,
     ):
 
         def run(selector: str) -> TargetRun:

@@ -94,15 +94,24 @@ class _Client:
 @dataclass
 class _Server:
     listener: socket.socket
+    #: a warm server's: it ends after this many seconds with no client and no child, and it
+    #: ignores its standard input (None: it ends when its standard input closes)
+    idle_exit_s: float | None = None
     clients: dict[int, _Client] = field(default_factory=dict)  # by the connection's fd
     children: dict[int, _Client] = field(default_factory=dict)  # by the child's pid
 
     def serve(self) -> None:
-        """Answer requests until standard input closes."""
-        stdin = sys.stdin.fileno()
+        """Answer requests until standard input closes, or a warm server's idle time ends
+        (SIGUSR1 ends it as soon as it is idle: a newer server took its place)."""
+        stdin = sys.stdin.fileno() if self.idle_exit_s is None else None
+        if self.idle_exit_s is not None:
+            signal.signal(signal.SIGUSR1, self._retire)
+        idle_since = time.monotonic()
         while True:
-            sockets = [self.listener.fileno(), stdin, *self.clients]
-            ready, _, _ = select.select(sockets, [], [], POLL_S)
+            sockets = [self.listener.fileno(), *self.clients]
+            ready, _, _ = select.select(
+                sockets + ([stdin] if stdin is not None else []), [], [], POLL_S
+            )
             for fd in ready:
                 if fd == stdin:
                     if not os.read(stdin, 1 << 12):
@@ -114,6 +123,15 @@ class _Server:
                 else:
                     self._receive(self.clients[fd])
             self._reap()
+            if self.idle_exit_s is not None:
+                now = time.monotonic()
+                if self.clients or self.children:
+                    idle_since = now
+                elif now - idle_since >= self.idle_exit_s:
+                    return
+
+    def _retire(self, signum: int, frame: object) -> None:
+        self.idle_exit_s = 0.0
 
     def _receive(self, client: _Client) -> None:
         try:
@@ -241,7 +259,7 @@ def _child(
             sock.close()
         # As a new Python starts: Ctrl-C raises KeyboardInterrupt, the rest are the system's.
         signal.signal(signal.SIGINT, signal.default_int_handler)
-        for signum in (signal.SIGTERM, signal.SIGCHLD):
+        for signum in (signal.SIGTERM, signal.SIGCHLD, signal.SIGUSR1):
             signal.signal(signum, signal.SIG_DFL)
         output_to(output)
         os.chdir(cwd)
@@ -312,14 +330,18 @@ def _cores() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
-def serve(path: Path, kind: str) -> None:
+def serve(path: Path, kind: str, idle_exit_s: float | None = None) -> None:
     """Preload, then listen on ``path`` (its socket appearing says the server is ready) and
     answer requests until standard input closes. A preload that fails leaves its cause in
-    ``PATH.failed`` for the clients waiting."""
+    ``PATH.failed`` for the clients waiting. A warm server (``idle_exit_s``) also writes the
+    files it imported (:func:`loaded_files_path`) before it listens, and ends after
+    ``idle_exit_s`` seconds with nothing to do, its socket and that file removed."""
     try:
         # Not the plugins (the harness's, hypothesis's): pytest rewrites their asserts, as in a
         # new process, only if it imports them itself.
         preload_target_imports(vllm=kind == "vllm")
+        if idle_exit_s is not None:
+            write_loaded_files(loaded_files_path(path))
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         # Bound under another name and renamed once listening: a client that sees the path
         # never finds it refusing connections.
@@ -332,11 +354,52 @@ def serve(path: Path, kind: str) -> None:
 
         failed_path(path).write_text(traceback.format_exc())
         raise
-    _Server(listener).serve()
+    try:
+        _Server(listener, idle_exit_s).serve()
+    finally:
+        if idle_exit_s is not None:
+            for leftover in (path, loaded_files_path(path)):
+                leftover.unlink(missing_ok=True)
 
 
 def failed_path(path: Path) -> Path:
     return path.with_name(path.name + ".failed")
+
+
+def loaded_files_path(path: Path) -> Path:
+    """Where a warm server at ``path`` lists the files it imported, as they were."""
+    return path.with_name(path.name + ".files.json")
+
+
+def write_loaded_files(out: Path) -> None:
+    """The source file of every module imported so far, with its size and modification time
+    (``{path: [size, mtime_ns]}``): a server whose files changed since holds code that is no
+    longer the checkout's or the installation's."""
+    files: dict[str, list[int]] = {}
+    for module in list(sys.modules.values()):
+        name = getattr(module, "__file__", None)
+        if isinstance(name, str):
+            with contextlib.suppress(OSError):
+                stat = os.stat(name)
+                files[os.path.abspath(name)] = [stat.st_size, stat.st_mtime_ns]
+    out.write_text(json.dumps(files))
+
+
+def loaded_files_changed(path: Path) -> str | None:
+    """Which file a warm server at ``path`` imported has changed since (or is gone), or None;
+    None too while it preloads (its list not yet written: what it imports now is current)."""
+    try:
+        files = json.loads(loaded_files_path(path).read_text())
+    except (OSError, ValueError):
+        return None
+    for name, (size, mtime_ns) in files.items():
+        try:
+            stat = os.stat(name)
+        except OSError:
+            return f"{name} is gone"
+        if (stat.st_size, stat.st_mtime_ns) != (size, mtime_ns):
+            return f"{name} changed"
+    return None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -518,21 +581,27 @@ class ForkServer:
         return ForkedProcess(self.path, args, env, cwd, module=module, quiet=quiet)
 
 
-def start_server(kind: str, folder: Path) -> ForkServer:
-    """A fork server of ``kind`` in ``folder``, started now; it preloads in the background
-    (:meth:`ForkServer.wait_ready`)."""
+def start_server(
+    kind: str, folder: Path, *, name: str | None = None, idle_exit_s: float | None = None
+) -> ForkServer:
+    """A fork server of ``kind`` in ``folder`` (its socket ``name``, by default ``KIND.sock``),
+    started now; it preloads in the background (:meth:`ForkServer.wait_ready`). With
+    ``idle_exit_s``, a warm server: it outlives this process, ending once idle that long
+    (:mod:`harness.jobs.warm`)."""
     if kind not in KINDS:
         raise ValueError(f"fork server kind: expected one of {KINDS}, got {kind!r}")
-    path = folder / f"{kind}.sock"
+    path = folder / (name or f"{kind}.sock")
     # Threads are set per child; the server's torch must not start with a count of its own.
     env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
     # Not a command a user runs: started here alone, by its function.
     command = [sys.executable, "-c", _SERVE, "--socket", str(path)]
+    warm = [] if idle_exit_s is None else ["--idle-exit", repr(float(idle_exit_s))]
     process = subprocess.Popen(
-        [*command, "--kind", kind],
+        [*command, "--kind", kind, *warm],
         cwd=ROOT,
         env=env,
-        stdin=subprocess.PIPE,
+        # A warm server ends by itself, not when this process's end closes its input.
+        stdin=subprocess.PIPE if idle_exit_s is None else subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,  # a failed preload's cause goes to PATH.failed
         start_new_session=True,
@@ -640,5 +709,13 @@ def run_server(argv: Sequence[str]) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--socket", type=Path, required=True, help="the Unix socket to listen on")
     parser.add_argument("--kind", choices=KINDS, required=True, help="what to preload")
+    parser.add_argument(
+        "--idle-exit",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="a warm server: end after this long with nothing to do, not when standard input "
+        "closes",
+    )
     args = parser.parse_args(argv)
-    serve(args.socket, args.kind)
+    serve(args.socket, args.kind, args.idle_exit)

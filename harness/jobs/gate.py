@@ -45,11 +45,12 @@ from harness.checkpoints.cache import shared_folders
 from harness.jobs.conformance import run_target, split_pytest_args
 from harness.jobs.cores import CoreShare, cores_shared
 from harness.jobs.deviations import deviations_path
-from harness.jobs.forkserver import ForkServer, fork_servers
+from harness.jobs.forkserver import ForkServer
 from harness.jobs.report import TargetRun, build_report, write_report
 from harness.jobs.report import verdict as run_verdict
 from harness.jobs.results import Outcome, ResultsError, TargetStatus, read_results
 from harness.jobs.supervisor import Interrupt, Limits
+from harness.jobs.warm import job_fork_servers
 from harness.model_files import CONFIG_MODULES, MODEL_FAMILY_MODULES, file_of
 
 #: The modules of this model, the gate looks for among a change's files.
@@ -375,7 +376,7 @@ def main(argv: list[str] | None = None) -> int:
         shared_folders(),
         Interrupt().installed() as interrupt,
         cores_shared(groups) as cores,
-        fork_servers(["vllm"]) as servers,
+        job_fork_servers(["vllm"]) as servers,
     ):
         base_files = export_side(repo, args.base, touched, out / "base" / "src")
         head_files = export_side(repo, args.head, touched, out / "head" / "src")
