@@ -12,7 +12,12 @@ Runs, on this machine, one after the other:
 2. the gate (``nemotron-vl-gate``) on a change to the installed vLLM's model file that alters
    no behaviour (one comment line), in a git checkout made here (:func:`installed_checkout`):
    once to fill its cache of the base side's results, then again, timed, as a pull request's
-   later pushes run it.
+   later pushes run it;
+3. the main job with its fork servers kept warm (``--keep-warm``, :mod:`harness.jobs.warm`),
+   as a developer runs it again and again: once to start them, then every target run, and the
+   vLLM target's inputs changed, each forking from them; they are ended at the end.
+
+Until the third step, the runs find no warm server (their folder is one of this command's).
 
 It writes ``DIR/speed.md`` and ``speed.json`` (default ``reports/benchmarks/``): each command's
 wall time, and the gate's against the main job's (the goal: at most 1.5 times). Nothing is
@@ -37,6 +42,7 @@ from pathlib import Path
 from harness import ROOT
 from harness.jobs.conformance import available_targets
 from harness.jobs.kept import KEPT_OUTCOMES_ENV
+from harness.jobs.warm import WARM_SERVERS_ENV, warm_servers
 from harness.model_files import MODEL_FILE, installed_model_file
 
 #: The gate's wall time with the base side cached, at most this many main jobs.
@@ -140,7 +146,8 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="nemotron-vl-speed-") as scratch:
         work = Path(scratch)
         conformance = [str(bin_dir / "nemotron-vl-conformance"), "--out", str(work / "main")]
-        kept = {KEPT_OUTCOMES_ENV: str(work / "kept")}
+        warm = work / "warm"
+        kept = {KEPT_OUTCOMES_ENV: str(work / "kept"), WARM_SERVERS_ENV: str(warm)}
         runs[MAIN_JOB] = timed([*conformance, "--rerun"], work / "main-all.log", work, kept)
         runs["main job, nothing changed"] = timed(conformance, work / "main-kept.log", work, kept)
         if "vllm" in available_targets():
@@ -156,8 +163,24 @@ def main(argv: list[str] | None = None) -> int:
             *("--repo", str(repo), "--base", base, "--head", head),
             *("--cache", str(work / "gate-cache"), "--out", str(work / "gate")),
         ]
-        runs["gate, first push (fills the cache)"] = timed(gate, work / "gate-first.log", work)
-        runs["gate, base side cached"] = timed(gate, work / "gate-cached.log", work)
+        runs["gate, first push (fills the cache)"] = timed(
+            gate, work / "gate-first.log", work, kept
+        )
+        runs["gate, base side cached"] = timed(gate, work / "gate-cached.log", work, kept)
+        try:
+            runs["main job, every target run, keeping its servers warm"] = timed(
+                [*conformance, "--rerun", "--keep-warm", "10"], work / "warm-start.log", work, kept
+            )
+            runs["main job, every target run, servers warm"] = timed(
+                [*conformance, "--rerun"], work / "warm-all.log", work, kept
+            )
+            if "vllm" in available_targets():
+                runs["main job, vLLM's inputs changed, servers warm"] = timed(
+                    [*conformance, "--rerun", "vllm"], work / "warm-vllm.log", work, kept
+                )
+        finally:
+            # Their key is this process's: the runs' environment adds only ignored variables.
+            warm_servers(["torch", "vllm"], 0, folder=warm)
     main_s = runs[MAIN_JOB].seconds
     document: dict[str, object] = {
         "cores": os.cpu_count(),

@@ -156,6 +156,7 @@ def test_a_server_serves_only_jobs_of_its_environment():
     key = server_key("vllm", base)
     assert server_key("vllm", {**base, "TERM": "xterm", "OLDPWD": "/"}) == key
     assert server_key("vllm", {**base, "NEMOTRON_VL_FORK_SERVERS": "/tmp/x"}) == key
+    assert server_key("vllm", {**base, WARM_SERVERS_ENV: "/tmp/y"}) == key
     for changed in (
         {"VLLM_TARGET_DEVICE": "cuda"},
         {"PYTHONHASHSEED": "1"},
