@@ -37,6 +37,7 @@ import argparse
 import contextlib
 import functools
 import importlib
+import math
 import os
 import re
 import shlex
@@ -72,7 +73,7 @@ from harness.jobs.supervisor import (
     Supervisor,
     merge_supervised,
 )
-from harness.jobs.warm import DEFAULT_KEEP_WARM_MIN, job_fork_servers
+from harness.jobs.warm import DEFAULT_KEEP_WARM_MIN, job_fork_servers, retire_all
 
 SUITE = "suites/conformance"
 
@@ -407,10 +408,10 @@ def main(argv: list[str] | None = None) -> int:
                 file=sys.stderr,
             )
             return 2
-    if args.keep_warm is not None and not args.keep_warm >= 0:  # NaN included
+    if args.keep_warm is not None and not 0 <= args.keep_warm < math.inf:  # NaN included
         print(
-            "nemotron-vl-conformance: error: --keep-warm: expected minutes, at least 0, got "
-            f"{args.keep_warm:g}",
+            "nemotron-vl-conformance: error: --keep-warm: expected minutes, at least 0 and "
+            f"finite, got {args.keep_warm:g}",
             file=sys.stderr,
         )
         return 2
@@ -462,11 +463,19 @@ def main(argv: list[str] | None = None) -> int:
     # Not on CUDA: forking a process that may have touched the device is not supported there.
     forked = args.fork_server and args.device == "cpu"
     kinds = [kind_of(t) for t in to_run] if forked else []
+    keep_warm = args.keep_warm
+    if keep_warm == 0:
+        for line in retire_all() or ["no warm server to retire"]:
+            print(f"=== fork servers: {line} ===", flush=True)
+        keep_warm = None
+    elif keep_warm is not None and not forked:
+        why = "--no-fork-server" if not args.fork_server else f"--device {args.device}"
+        print(f"=== fork servers: none ({why}), so none kept warm ===", flush=True)
     with (
         shared_folders(),
         Interrupt().installed() as interrupt,
         cores_shared(jobs * groups, cores) as cores_share,
-        job_fork_servers(kinds, args.keep_warm) as servers,
+        job_fork_servers(kinds, keep_warm) as servers,
     ):
 
         def run(selector: str) -> TargetRun:

@@ -22,7 +22,9 @@ samples and kills the group, as it does a process it started) and runs the sessi
 The client may send ``kill SIG`` meanwhile: the server signals the child's group while the child
 is still its own (not yet reaped), so a pid used again is never signalled. A client that goes
 away takes its child with it (SIGKILL to its group); a server whose standard input closes (the
-main job ended) kills its children and exits.
+main job ended) kills its children and exits. A warm server (``--idle-exit``, kept between main
+jobs by :mod:`harness.jobs.warm`) ignores its input and ends once it has had no client, no child
+and no job holding its lease for that long, or at once when so (SIGUSR1: retired).
 
 The server only imports before it forks: it starts no torch thread pool (a child that inherits
 a used OpenMP pool waits for its threads forever), so each child sets its own thread count, as
@@ -33,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import fcntl
 import json
 import os
 import runpy
@@ -42,6 +45,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -49,7 +53,13 @@ from pathlib import Path
 from typing import IO
 
 from harness import ROOT
-from harness.jobs.preload import fork_frozen, output_to, preload_target_imports, process_running
+from harness.jobs.preload import (
+    fork_frozen,
+    imported_files,
+    output_to,
+    preload_target_imports,
+    process_running,
+)
 
 #: What a fork server preloads: ``torch`` (torch and pytest: the reference's targets) or ``vllm``
 #: (also vLLM and what its model's build imports).
@@ -94,18 +104,19 @@ class _Client:
 @dataclass
 class _Server:
     listener: socket.socket
-    #: a warm server's: it ends after this many seconds with no client and no child, and it
-    #: ignores its standard input (None: it ends when its standard input closes)
+    #: a warm server's: it ends after this many seconds with no client, no child and no job
+    #: holding its lease, and it ignores its standard input (None: it ends when its standard
+    #: input closes)
     idle_exit_s: float | None = None
+    #: a warm server's lease (:func:`lease_path`): jobs that may still fork from it hold it shared
+    lease: Path | None = None
     clients: dict[int, _Client] = field(default_factory=dict)  # by the connection's fd
     children: dict[int, _Client] = field(default_factory=dict)  # by the child's pid
 
     def serve(self) -> None:
         """Answer requests until standard input closes, or a warm server's idle time ends
-        (SIGUSR1 ends it as soon as it is idle: a newer server took its place)."""
+        (retired, by SIGUSR1: as soon as it is idle)."""
         stdin = sys.stdin.fileno() if self.idle_exit_s is None else None
-        if self.idle_exit_s is not None:
-            signal.signal(signal.SIGUSR1, self._retire)
         idle_since = time.monotonic()
         while True:
             sockets = [self.listener.fileno(), *self.clients]
@@ -125,13 +136,26 @@ class _Server:
             self._reap()
             if self.idle_exit_s is not None:
                 now = time.monotonic()
+                limit = 0.0 if _RETIRED.is_set() else self.idle_exit_s
                 if self.clients or self.children:
                     idle_since = now
-                elif now - idle_since >= self.idle_exit_s:
-                    return
+                elif now - idle_since >= limit:
+                    if self._lease_released():
+                        return
+                    idle_since = now  # a job holds it: it may fork again
 
-    def _retire(self, signum: int, frame: object) -> None:
-        self.idle_exit_s = 0.0
+    def _lease_released(self) -> bool:
+        """Whether no job holds the lease; if so it is now this server's, for good (a job that
+        looks for the server afterwards cannot take it, and starts another)."""
+        if self.lease is None:
+            return True
+        held = os.open(self.lease, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(held)
+            return False
+        return True  # the descriptor stays open, and the lock with it, until the process ends
 
     def _receive(self, client: _Client) -> None:
         try:
@@ -261,6 +285,9 @@ def _child(
         signal.signal(signal.SIGINT, signal.default_int_handler)
         for signum in (signal.SIGTERM, signal.SIGCHLD, signal.SIGUSR1):
             signal.signal(signum, signal.SIG_DFL)
+        # What a new Python reads from its environment once, not on each use.
+        tempfile.tempdir = None
+        time.tzset()
         output_to(output)
         os.chdir(cwd)
         _set_search_path(os.environ.get("PYTHONPATH", ""), env.get("PYTHONPATH", ""))
@@ -330,18 +357,27 @@ def _cores() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
+#: Set by SIGUSR1 in a warm server (from its start, its preload included): it ends once idle.
+_RETIRED = threading.Event()
+
+
 def serve(path: Path, kind: str, idle_exit_s: float | None = None) -> None:
     """Preload, then listen on ``path`` (its socket appearing says the server is ready) and
     answer requests until standard input closes. A preload that fails leaves its cause in
     ``PATH.failed`` for the clients waiting. A warm server (``idle_exit_s``) also writes the
     files it imported (:func:`loaded_files_path`) before it listens, and ends after
-    ``idle_exit_s`` seconds with nothing to do, its socket and that file removed."""
+    ``idle_exit_s`` seconds with nothing to do and its lease free, its files removed."""
+    if idle_exit_s is not None:
+        # Blocked since its start (start_server): one sent before now is delivered here.
+        signal.signal(signal.SIGUSR1, lambda signum, frame: _RETIRED.set())
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGUSR1})
+    preload_started_ns = time.time_ns()
     try:
         # Not the plugins (the harness's, hypothesis's): pytest rewrites their asserts, as in a
         # new process, only if it imports them itself.
         preload_target_imports(vllm=kind == "vllm")
         if idle_exit_s is not None:
-            write_loaded_files(loaded_files_path(path))
+            write_loaded_files(loaded_files_path(path), preload_started_ns)
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         # Bound under another name and renamed once listening: a client that sees the path
         # never finds it refusing connections.
@@ -355,10 +391,12 @@ def serve(path: Path, kind: str, idle_exit_s: float | None = None) -> None:
         failed_path(path).write_text(traceback.format_exc())
         raise
     try:
-        _Server(listener, idle_exit_s).serve()
+        _Server(
+            listener, idle_exit_s, lease_path(path) if idle_exit_s is not None else None
+        ).serve()
     finally:
         if idle_exit_s is not None:
-            for leftover in (path, loaded_files_path(path)):
+            for leftover in (path, loaded_files_path(path), lease_path(path)):
                 leftover.unlink(missing_ok=True)
 
 
@@ -366,33 +404,60 @@ def failed_path(path: Path) -> Path:
     return path.with_name(path.name + ".failed")
 
 
+def failed_cause(path: Path) -> str | None:
+    """The last line of the traceback a server at ``path`` left when its preload failed."""
+    try:
+        lines = failed_path(path).read_text(errors="replace").strip().splitlines()
+    except OSError:
+        return None
+    return lines[-1] if lines else "(no traceback)"
+
+
 def loaded_files_path(path: Path) -> Path:
     """Where a warm server at ``path`` lists the files it imported, as they were."""
-    return path.with_name(path.name + ".files.json")
+    return path.with_name(path.name + ".files")
 
 
-def write_loaded_files(out: Path) -> None:
+def lease_path(path: Path) -> Path:
+    """A warm server's lease: a job that may fork from it holds it shared (``flock``); the
+    server ends only once it takes it whole."""
+    return path.with_name(path.name + ".lease")
+
+
+#: A file modified this close to (or after) the preload's start may have been imported as it was
+#: before: listed as changed already (the file systems' clocks are coarser than a second).
+MODIFIED_DURING_PRELOAD_NS = 1_000_000_000
+
+
+def write_loaded_files(out: Path, preload_started_ns: int) -> None:
     """The source file of every module imported so far, with its size and modification time
     (``{path: [size, mtime_ns]}``): a server whose files changed since holds code that is no
-    longer the checkout's or the installation's."""
+    longer the checkout's or the installation's. A file modified since the preload started is
+    listed as ``[-1, -1]`` (it may have been read before the change): the server is then stale
+    from the start. Written whole or not at all."""
     files: dict[str, list[int]] = {}
-    for module in list(sys.modules.values()):
-        name = getattr(module, "__file__", None)
-        if isinstance(name, str):
-            with contextlib.suppress(OSError):
-                stat = os.stat(name)
-                files[os.path.abspath(name)] = [stat.st_size, stat.st_mtime_ns]
-    out.write_text(json.dumps(files))
+    for name in imported_files():
+        with contextlib.suppress(OSError):
+            stat = os.stat(name)
+            recent = stat.st_mtime_ns >= preload_started_ns - MODIFIED_DURING_PRELOAD_NS
+            files[name] = [-1, -1] if recent else [stat.st_size, stat.st_mtime_ns]
+    partial = out.with_name(f".{out.name}.{os.getpid()}")
+    partial.write_text(json.dumps(files))
+    os.replace(partial, out)
 
 
 def loaded_files_changed(path: Path) -> str | None:
-    """Which file a warm server at ``path`` imported has changed since (or is gone), or None;
-    None too while it preloads (its list not yet written: what it imports now is current)."""
+    """Which file a warm server at ``path`` imported has changed since (or is gone), or None.
+    While it preloads (no socket yet) None: what it imports now is current; once it listens, a
+    list that is missing or cannot be read counts as a change."""
     try:
         files = json.loads(loaded_files_path(path).read_text())
-    except (OSError, ValueError):
-        return None
-    for name, (size, mtime_ns) in files.items():
+        rows = [(str(name), int(size), int(mtime_ns)) for name, (size, mtime_ns) in files.items()]
+    except (OSError, ValueError, TypeError, AttributeError) as e:
+        if not path.exists():
+            return None
+        return f"its list of imported files ({loaded_files_path(path)}) cannot be read: {e}"
+    for name, size, mtime_ns in rows:
         try:
             stat = os.stat(name)
         except OSError:
@@ -533,9 +598,8 @@ class ForkServer:
         it ended, it is not ready within :data:`PRELOAD_LIMIT_S`, or ``interrupted()``."""
         deadline = time.monotonic() + PRELOAD_LIMIT_S
         while not self.path.exists():
-            failed = failed_path(self.path)
-            if failed.is_file():
-                cause = failed.read_text(errors="replace").strip().splitlines()[-1:]
+            cause = failed_cause(self.path)
+            if cause is not None:
                 raise ForkServerError(f"fork server {self.kind}: its preload failed: {cause}")
             if self.process is not None and self.process.poll() is not None:
                 raise ForkServerError(
@@ -596,16 +660,23 @@ def start_server(
     # Not a command a user runs: started here alone, by its function.
     command = [sys.executable, "-c", _SERVE, "--socket", str(path)]
     warm = [] if idle_exit_s is None else ["--idle-exit", repr(float(idle_exit_s))]
-    process = subprocess.Popen(
-        [*command, "--kind", kind, *warm],
-        cwd=ROOT,
-        env=env,
-        # A warm server ends by itself, not when this process's end closes its input.
-        stdin=subprocess.PIPE if idle_exit_s is None else subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,  # a failed preload's cause goes to PATH.failed
-        start_new_session=True,
-    )
+    # A warm server may be retired (SIGUSR1) before it can say what that means: it starts with
+    # the signal blocked (a mask outlives exec), and unblocks it once it has its handler.
+    blocked = {signal.SIGUSR1} if idle_exit_s is not None else set()
+    signal.pthread_sigmask(signal.SIG_BLOCK, blocked)
+    try:
+        process = subprocess.Popen(
+            [*command, "--kind", kind, *warm],
+            cwd=ROOT,
+            env=env,
+            # A warm server ends by itself, not when this process's end closes its input.
+            stdin=subprocess.PIPE if idle_exit_s is None else subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,  # a failed preload's cause goes to PATH.failed
+            start_new_session=True,
+        )
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, blocked)
     return ForkServer(kind, path, process, interpreter_variables(env))
 
 

@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from harness import ROOT
+from harness.jobs.preload import imported_files
 from harness.jobs.results import TargetResults
 from harness.jobs.supervisor import Limits
 
@@ -93,13 +94,8 @@ def imports_path(results_path: Path) -> Path:
 def record_imports(results_path: Path) -> None:
     """Write the source file of every module this process imported (the results plugin calls
     this when its session ends)."""
-    files = set()
-    for module in list(sys.modules.values()):
-        name = getattr(module, "__file__", None)
-        if isinstance(name, str) and os.path.isfile(name):
-            files.add(os.path.abspath(name))
     path = imports_path(results_path)
-    path.write_text("".join(f"{name}\n" for name in sorted(files)))
+    path.write_text("".join(f"{name}\n" for name in imported_files()))
 
 
 def _installation_roots() -> tuple[str, ...]:
@@ -191,11 +187,17 @@ def options_key(
         "python": sys.version,
         "machine": platform.machine(),
         "cpu": _cpu(),
-        "environment": {
-            name: value
-            for name, value in sorted(environ.items())
-            if name.startswith(OUTCOME_ENV_PREFIXES) and name not in OUTCOME_ENV_IGNORED
-        },
+        "environment": steering_environment(environ),
+    }
+
+
+def steering_environment(environ: Mapping[str, str]) -> dict[str, str]:
+    """The variables of ``environ`` that can change a check's outcome
+    (:data:`OUTCOME_ENV_PREFIXES`, less :data:`OUTCOME_ENV_IGNORED`), by name."""
+    return {
+        name: value
+        for name, value in sorted(environ.items())
+        if name.startswith(OUTCOME_ENV_PREFIXES) and name not in OUTCOME_ENV_IGNORED
     }
 
 

@@ -147,6 +147,16 @@ def output_to(fd: int) -> None:
     sys.stdin = open(0, closefd=False)  # noqa: SIM115
 
 
+def imported_files() -> list[str]:
+    """The source file of every module this process imported (absolute paths, sorted)."""
+    files = set()
+    for module in list(sys.modules.values()):
+        name = getattr(module, "__file__", None)
+        if isinstance(name, str) and os.path.isfile(name):
+            files.add(os.path.abspath(name))
+    return sorted(files)
+
+
 def process_running(pid: int) -> bool:
     """Whether process ``pid`` runs (one that ended and awaits its parent's wait does not;
     Linux ``/proc``)."""

@@ -42,7 +42,7 @@ from pathlib import Path
 from harness import ROOT
 from harness.jobs.conformance import available_targets
 from harness.jobs.kept import KEPT_OUTCOMES_ENV
-from harness.jobs.warm import WARM_SERVERS_ENV, warm_servers
+from harness.jobs.warm import WARM_SERVERS_ENV, retire_all
 from harness.model_files import MODEL_FILE, installed_model_file
 
 #: The gate's wall time with the base side cached, at most this many main jobs.
@@ -179,8 +179,7 @@ def main(argv: list[str] | None = None) -> int:
                     [*conformance, "--rerun", "vllm"], work / "warm-vllm.log", work, kept
                 )
         finally:
-            # Their key is this process's: the runs' environment adds only ignored variables.
-            warm_servers(["torch", "vllm"], 0, folder=warm)
+            retire_all(folder=warm)
     main_s = runs[MAIN_JOB].seconds
     document: dict[str, object] = {
         "cores": os.cpu_count(),

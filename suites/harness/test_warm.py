@@ -1,6 +1,6 @@
 """Warm fork servers (``--keep-warm``, :mod:`harness.jobs.warm`): kept between main jobs, used by
 the next job while they are what it would start, retired once a file they imported changes, gone
-once idle.
+once idle and no job holds them.
 
 The servers here are real ``torch`` servers (each preloads in about 2 s) in a folder of the test's
 own, so that no server of the developer's is touched; each test retires what it started.
@@ -23,9 +23,20 @@ from pathlib import Path
 import pytest
 
 from harness import ROOT
-from harness.jobs.forkserver import ForkServer, loaded_files_path
+from harness.jobs.forkserver import (
+    ForkServer,
+    lease_path,
+    loaded_files_changed,
+    loaded_files_path,
+)
 from harness.jobs.preload import process_running
-from harness.jobs.warm import WARM_SERVERS_ENV, server_key, warm_folder, warm_servers
+from harness.jobs.warm import (
+    WARM_SERVERS_ENV,
+    retire_all,
+    server_key,
+    warm_folder,
+    warm_servers,
+)
 from suites.harness.test_forkserver import CHECKS, environment, output_of, session
 
 
@@ -43,9 +54,18 @@ def folder() -> Iterator[Path]:
     shutil.rmtree(made, ignore_errors=True)
 
 
+WARM_CHECKS = (
+    CHECKS
+    + """
+def test_signals_as_in_a_new_process():
+    assert signal.getsignal(signal.SIGUSR1) == signal.SIG_DFL  # not its server's
+"""
+)
+
+
 @pytest.fixture
 def checks(tmp_path: Path) -> Path:
-    (tmp_path / "test_forked.py").write_text(CHECKS)
+    (tmp_path / "test_forked.py").write_text(WARM_CHECKS)
     return tmp_path
 
 
@@ -60,98 +80,179 @@ def ended_within(pid: int, seconds: float) -> bool:
 
 def runs_a_check(server: ForkServer, checks: Path) -> None:
     server.wait_ready()
-    child = server.start(session(checks, "environment"), environment(checks), checks)
+    child = server.start(session(checks, "environment or signals"), environment(checks), checks)
     output = output_of(child)
     assert child.wait(timeout=60) == 0, output
+    assert "2 passed" in output
 
 
-def test_a_kept_server_serves_the_next_job_until_it_is_retired(folder, checks):
-    started, said = warm_servers(["torch"], 1.0, folder=folder)
-    assert said[0].startswith("torch: a warm server started (pid ")
-    assert "it ends after 1 minutes with nothing to do" in said[0]
-    first = started["torch"]
-    assert first.server_pid is not None
-    assert process_running(first.server_pid)
-    runs_a_check(first, checks)
+def its_files(server: ForkServer) -> list[Path]:
+    return [
+        path
+        for path in (server.path, loaded_files_path(server.path), lease_path(server.path))
+        if path.exists()
+    ]
 
-    # The next job, with or without --keep-warm, forks from the same server.
+
+def test_a_kept_server_serves_the_next_jobs_until_it_is_retired(folder, checks):
+    with warm_servers(["torch"], 1.0, folder=folder) as (started, said):
+        assert said[0].startswith("torch: a warm server started (pid ")
+        assert said[0].endswith("it ends after 1 minute with nothing to do")
+        first = started["torch"]
+        assert first.server_pid is not None
+        assert process_running(first.server_pid)
+        runs_a_check(first, checks)
+
+    # The next jobs, with or without --keep-warm, fork from the same server.
     for keep in (None, 1.0):
-        found, said = warm_servers(["torch"], keep, folder=folder)
-        assert found["torch"].server_pid == first.server_pid
-        assert found["torch"].path == first.path
-        assert said[0].startswith("torch: forked from the warm server started at ")
-        runs_a_check(found["torch"], checks)
+        with warm_servers(["torch"], keep, folder=folder) as (found, said):
+            assert found["torch"].server_pid == first.server_pid
+            assert found["torch"].path == first.path
+            assert said[0].startswith("torch: forked from the warm server started at ")
+            runs_a_check(found["torch"], checks)
 
-    # --keep-warm 0: retired; the next job finds none, and starts none without the option.
-    found, said = warm_servers(["torch"], 0, folder=folder)
-    assert found == {}
-    assert said == [f"torch: its warm server (pid {first.server_pid}) was retired"]
-    assert ended_within(first.server_pid, 10)
-    assert not first.path.exists()
-    assert not loaded_files_path(first.path).exists()
-    assert warm_servers(["torch"], None, folder=folder) == ({}, [])
+    # --keep-warm 0 retires every one; a later job without the option starts its own.
+    assert retire_all(folder=folder) == [
+        f"torch: its warm server (pid {first.server_pid}) was retired"
+    ]
+    assert ended_within(first.server_pid, 15)
+    assert its_files(first) == []
+    with warm_servers(["torch"], None, folder=folder) as (found, said):
+        assert found == {}
+        assert said == ["torch: a server for this run alone (no warm server)"]
 
 
-def test_a_server_ends_by_itself_once_idle(folder, checks):
-    started, _ = warm_servers(["torch"], 3 / 60, folder=folder)  # 3 s
-    server = started["torch"]
-    assert server.server_pid is not None
-    runs_a_check(server, checks)  # busy: a child keeps it
+def test_a_server_outlives_its_idle_time_while_a_job_holds_it_then_ends(folder, checks):
+    with warm_servers(["torch"], 2 / 60, folder=folder) as (started, _):  # 2 s
+        server = started["torch"]
+        assert server.server_pid is not None
+        runs_a_check(server, checks)
+        time.sleep(4)
+        assert process_running(server.server_pid)  # the job may fork again
+        runs_a_check(server, checks)
     assert ended_within(server.server_pid, 30)
-    assert not server.path.exists()
-    found, said = warm_servers(["torch"], None, folder=folder)
-    assert found == {}
-    assert said == []  # its file said it had ended, and is removed
-    assert not list(folder.glob("*.json"))
+    assert its_files(server) == []
+    with warm_servers(["torch"], None, folder=folder) as (found, said):
+        assert found == {}
+        assert said == [
+            f"torch: a server for this run alone (its warm server (pid {server.server_pid}) "
+            "has ended)"
+        ]
+    assert not list(folder.glob("*.json"))  # its file, forgotten
+
+
+def test_a_server_retired_while_it_preloads_serves_its_job_then_ends(folder, checks):
+    with warm_servers(["torch"], 1.0, folder=folder) as (started, _):
+        server = started["torch"]
+        assert server.server_pid is not None
+        assert not server.path.exists()  # still preloading
+        assert retire_all(folder=folder) == [
+            f"torch: its warm server (pid {server.server_pid}) was retired"
+        ]
+        runs_a_check(server, checks)  # the signal did not end it
+    assert ended_within(server.server_pid, 30)
 
 
 def test_a_server_whose_imported_file_changed_is_retired_and_replaced(folder, checks, tmp_path):
-    started, _ = warm_servers(["torch"], 1.0, folder=folder)
-    old = started["torch"]
-    old.wait_ready()
+    with warm_servers(["torch"], 1.0, folder=folder) as (started, _):
+        old = started["torch"]
+        old.wait_ready()
     assert old.server_pid is not None
     listed = json.loads(loaded_files_path(old.path).read_text())
-    assert str(Path(pytest.__file__).resolve()) in listed  # what it preloaded is listed
+    assert os.path.abspath(pytest.__file__) in listed  # what it preloaded is listed
     # A module it imported, edited since (one of this test's, written into its list as it was).
     module = tmp_path / "module_it_imported.py"
     module.write_text("VALUE = 1\n")
     stat = module.stat()
     listed[str(module)] = [stat.st_size, stat.st_mtime_ns]
     loaded_files_path(old.path).write_text(json.dumps(listed))
-    assert warm_servers(["torch"], None, folder=folder)[0]["torch"].server_pid == old.server_pid
+    with warm_servers(["torch"], None, folder=folder) as (found, _):
+        assert found["torch"].server_pid == old.server_pid
     module.write_text("VALUE = 22\n")
 
-    found, said = warm_servers(["torch"], 1.0, folder=folder)
-    new = found["torch"]
-    assert new.server_pid != old.server_pid
-    assert f"its warm server (pid {old.server_pid}) was retired: {module} changed" in said[0]
-    assert ended_within(old.server_pid, 10)
-    runs_a_check(new, checks)
+    with warm_servers(["torch"], 1.0, folder=folder) as (found, said):
+        new = found["torch"]
+        assert new.server_pid != old.server_pid
+        assert f"its warm server (pid {old.server_pid}) was retired: {module} changed" in said[0]
+        assert ended_within(old.server_pid, 15)
+        runs_a_check(new, checks)
 
 
-def test_a_server_that_ended_is_forgotten(folder):
-    ended = subprocess.Popen([sys.executable, "-c", "pass"])
-    ended.wait()
-    folder.mkdir()
-    entry = folder / f"torch-{server_key('torch', os.environ)}.json"
-    entry.write_text(
+def test_a_list_of_files_that_cannot_be_read_is_a_change(tmp_path):
+    socket = tmp_path / "torch-key-0000.sock"
+    assert loaded_files_changed(socket) is None  # no socket yet: still preloading
+    socket.touch()
+    assert "cannot be read" in (loaded_files_changed(socket) or "")
+    loaded_files_path(socket).write_text('{"/x.py": "not a pair"}')
+    assert "cannot be read" in (loaded_files_changed(socket) or "")
+
+
+def entry(folder: Path, pid: int, socket: Path) -> Path:
+    folder.mkdir(mode=0o700, exist_ok=True)
+    path = folder / f"torch-{server_key('torch', os.environ)}.json"
+    path.write_text(
         json.dumps(
             {
                 "kind": "torch",
-                "pid": ended.pid,
-                "socket": str(folder / "torch-gone.sock"),
+                "pid": pid,
+                "socket": str(socket),
                 "idle_exit_s": 60.0,
                 "started": time.time(),
                 "interpreter": {},
             }
         )
     )
-    assert warm_servers(["torch"], None, folder=folder) == ({}, [])
-    assert not entry.exists()
+    return path
+
+
+def test_a_server_that_ended_is_forgotten_and_a_pid_used_again_is_not_signalled(folder):
+    ended = subprocess.Popen([sys.executable, "-c", "pass"])
+    ended.wait()
+    path = entry(folder, ended.pid, folder / "torch-gone.sock")
+    with warm_servers(["torch"], None, folder=folder) as (found, said):
+        assert found == {}
+        assert said == [
+            f"torch: a server for this run alone (its warm server (pid {ended.pid}) has ended)"
+        ]
+    assert not path.exists()
+    # A process that runs under the pid an ended server had: not that server.
+    path = entry(folder, os.getpid(), folder / "torch-gone.sock")
+    assert retire_all(folder=folder) == []  # and no SIGUSR1 to this process
+    assert not path.exists()
+
+
+def test_an_entry_naming_a_socket_elsewhere_is_not_used(folder, tmp_path):
+    path = entry(folder, os.getpid(), tmp_path / "elsewhere.sock")
+    with warm_servers(["torch"], None, folder=folder) as (found, said):
+        assert found == {}
+        assert "names a socket outside its folder" in said[0]
+    assert not path.exists()
+
+
+def test_a_folder_others_may_enter_keeps_no_server_and_says_why(folder):
+    folder.mkdir(mode=0o755)
+    folder.chmod(0o755)
+    with warm_servers(["torch"], 1.0, folder=folder) as (found, said):
+        assert found == {}
+        assert said == [
+            f"no warm server: {folder}: expected mode drwx------ (others may not enter it), "
+            "got drwxr-xr-x"
+        ]
+    assert list(folder.iterdir()) == []
+
+
+def test_a_folder_too_deep_for_a_socket_keeps_no_server_and_says_why(tmp_path):
+    deep = tmp_path / ("d" * 120)
+    with warm_servers(["torch"], 1.0, folder=deep) as (found, said):
+        assert found == {}
+        assert said[0].startswith("torch: no warm server kept: its socket's path would be ")
+        assert "over the system's 107" in said[0]
+    assert not list(deep.glob("*.json"))
 
 
 def test_a_server_serves_only_jobs_of_its_environment():
-    """Its key: the variables that steer the checks and the interpreter's, not the others."""
+    """Its key: the variables that steer the checks, the interpreter's and those read as a
+    process starts, not the others."""
     base = {"PATH": "/usr/bin", "PYTHONHASHSEED": "0", "VLLM_TARGET_DEVICE": "cpu"}
     key = server_key("vllm", base)
     assert server_key("vllm", {**base, "TERM": "xterm", "OLDPWD": "/"}) == key
@@ -162,30 +263,27 @@ def test_a_server_serves_only_jobs_of_its_environment():
         {"PYTHONHASHSEED": "1"},
         {"HF_HUB_OFFLINE": "1"},
         {"PYTHONPATH": "/elsewhere"},
+        {"LD_PRELOAD": "/lib/x.so"},
+        {"TZ": "Asia/Tokyo"},
+        {"KMP_AFFINITY": "compact"},
     ):
         assert server_key("vllm", {**base, **changed}) != key, changed
     assert server_key("torch", base) != key
 
 
-def test_a_folder_too_deep_for_a_socket_keeps_no_server_and_says_why(tmp_path):
-    deep = tmp_path / ("d" * 120)
-    found, said = warm_servers(["torch"], 1.0, folder=deep)
-    assert found == {}
-    assert said[0].startswith("torch: no warm server kept: its socket's path would be ")
-    assert "over the system's 107" in said[0]
-    assert not list(deep.glob("*.json"))
-
-
 def test_the_folder_is_named_by_the_variable_else_this_users_and_checkouts(monkeypatch):
     monkeypatch.setenv(WARM_SERVERS_ENV, "/somewhere/warm")
     assert warm_folder() == Path("/somewhere/warm")
+    monkeypatch.setenv(WARM_SERVERS_ENV, "relative/warm")
+    assert warm_folder() == Path.cwd() / "relative" / "warm"  # the servers run elsewhere
     monkeypatch.delenv(WARM_SERVERS_ENV)
     default = warm_folder()
     assert default.name.startswith(f"nemotron-vl-warm-{os.getuid()}-")
-    assert len(str(default / "vllm-0123456789abcdef-01234567.sock.files.json")) < 108
+    bound_first = default / ".vllm-0123456789abcdef-01234567.sock.4194304"
+    assert len(os.fsencode(bound_first)) <= 107
 
 
-@pytest.mark.parametrize("minutes", ["-1", "nan"])
+@pytest.mark.parametrize("minutes", ["-1", "nan", "inf"])
 def test_a_bad_keep_warm_is_refused_naming_it(tmp_path, minutes):
     proc = subprocess.run(
         [
@@ -203,4 +301,4 @@ def test_a_bad_keep_warm_is_refused_naming_it(tmp_path, minutes):
         check=False,
     )
     assert proc.returncode == 2
-    assert f"--keep-warm: expected minutes, at least 0, got {minutes}" in proc.stderr
+    assert f"--keep-warm: expected minutes, at least 0 and finite, got {minutes}" in proc.stderr
