@@ -70,6 +70,8 @@ PRELOAD_LIMIT_S = 300.0
 #: The longest a ready server takes to answer a request with its child's pid (a fork: ms).
 ANSWER_LIMIT_S = 60.0
 POLL_S = 0.05
+#: How often a warm server with no child looks at its idle time.
+IDLE_POLL_S = 1.0
 _MESSAGE = 1 << 20  # the largest message: a request carries the whole environment
 #: The folder of the fork servers a test run shares with the main jobs its tests start.
 SHARED_SERVERS_ENV = "NEMOTRON_VL_FORK_SERVERS"
@@ -120,8 +122,10 @@ class _Server:
         idle_since = time.monotonic()
         while True:
             sockets = [self.listener.fileno(), *self.clients]
+            # Children are reaped by polling; with none, a request or the input wakes it.
+            wait = POLL_S if self.children or self.idle_exit_s is None else IDLE_POLL_S
             ready, _, _ = select.select(
-                sockets + ([stdin] if stdin is not None else []), [], [], POLL_S
+                sockets + ([stdin] if stdin is not None else []), [], [], wait
             )
             for fd in ready:
                 if fd == stdin:
