@@ -16,9 +16,12 @@ from no_tensor_truthiness.survey import REVIEWED_TREES, package_dir, reviewed_fi
 ROOT = Path(__file__).resolve().parents[2]
 SURVEY = ROOT / "reports" / "lint-survey.json"
 
-pytestmark = pytest.mark.skipif(
-    package_dir("vllm") is None, reason="the survey reviews the installed vLLM (extra `vllm`)"
-)
+pytestmark = [
+    pytest.mark.skipif(
+        package_dir("vllm") is None, reason="the survey reviews the installed vLLM (extra `vllm`)"
+    ),
+    pytest.mark.slow,  # the review lints vLLM, torch and transformers whole: 42 s on 2 cores
+]
 
 
 @pytest.fixture(scope="module")
