@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,6 +25,7 @@ import pytest
 
 from harness import ROOT
 from harness.jobs.forkserver import (
+    SHARED_SERVERS_ENV,
     ForkServer,
     lease_path,
     loaded_files_changed,
@@ -32,6 +34,7 @@ from harness.jobs.forkserver import (
 from harness.jobs.preload import process_running
 from harness.jobs.warm import (
     WARM_SERVERS_ENV,
+    job_fork_servers,
     retire_all,
     server_key,
     warm_folder,
@@ -176,6 +179,43 @@ def test_a_server_whose_imported_file_changed_is_retired_and_replaced(folder, ch
         assert f"its warm server (pid {old.server_pid}) was retired: {module} changed" in said[0]
         assert ended_within(old.server_pid, 15)
         runs_a_check(new, checks)
+
+
+def test_jobs_that_start_together_start_one_server(folder):
+    """The folder's lock: the second job to look finds the server the first one started."""
+    barrier = threading.Barrier(2, timeout=60)  # a job that fails breaks it for the other
+    pids: list[int | None] = []
+
+    def job() -> None:
+        barrier.wait()
+        with warm_servers(["torch"], 1.0, folder=folder) as (found, _):
+            pids.append(found["torch"].server_pid)
+            barrier.wait()  # both hold it at once
+
+    jobs = [threading.Thread(target=job) for _ in range(2)]
+    for thread in jobs:
+        thread.start()
+    for thread in jobs:
+        thread.join(timeout=60)
+    assert len(pids) == 2
+    assert pids[0] == pids[1]
+    assert len(list(folder.glob("torch-*.json"))) == 1
+    retire_all(folder=folder)
+
+
+def test_a_test_runs_shared_servers_come_before_warm_ones(tmp_path, monkeypatch, capsys):
+    """Within a run of the harness's tests, its main jobs fork from its servers and keep none."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    (shared / "root").write_text(str(ROOT))
+    (shared / "interpreter.json").write_text("{}")
+    (shared / "vllm.pid").write_text(str(os.getpid()))
+    monkeypatch.setenv(SHARED_SERVERS_ENV, str(shared))
+    monkeypatch.setenv(WARM_SERVERS_ENV, str(tmp_path / "warm"))
+    with job_fork_servers(["vllm"], 1.0) as servers:
+        assert servers["vllm"].path == shared / "vllm.sock"
+    assert "=== fork servers: the test run's; none kept warm ===" in capsys.readouterr().out
+    assert not (tmp_path / "warm").exists()
 
 
 def test_a_list_of_files_that_cannot_be_read_is_a_change(tmp_path):
