@@ -7,18 +7,23 @@ job ends, each ending by itself once it has had nothing to do for that long; eve
 job (and the gate) of this checkout forks its processes from them instead of starting its own,
 with or without the option, while they are still what that job would start:
 
-- the same kind, Python, checkout and interpreter variables, and the same values of the
-  variables that steer what the checks do (:data:`harness.jobs.kept.OUTCOME_ENV_PREFIXES`):
-  they form the server's key, and servers of other keys wait beside it;
+- the same kind, Python, checkout and interpreter variables, the same values of the
+  variables that steer what the checks do (:func:`harness.jobs.kept.steering_environment`) or
+  are read as a process starts, and the same process settings a child inherits (CPU affinity,
+  control group, resource limits): they form the server's key, and servers of other keys wait
+  beside it;
 - every file the server imported unchanged since (a server lists them, with their sizes and
-  modification times, once it has preloaded): a server whose code changed is retired (it ends
-  as soon as its last child does) and a new one takes its place. The model family's own
-  modules are not among them: each child imports them again (the file under test may be
-  another).
+  modification times, once it has preloaded; one modified during the preload counts as changed
+  from the start): a server whose code changed is retired (it ends once idle) and a new one
+  takes its place. The model family's own modules are not among them: each child imports them
+  again (the file under test may be another).
 
-``--keep-warm 0`` retires the job's warm servers and keeps none. A server waits in
-:func:`warm_folder` (``NEMOTRON_VL_WARM_SERVERS`` names another): one short file per server
-(``KIND-KEY.json``: its process id, socket and idle time), its socket and its list of files.
+A job holds each server it uses by a lease (a shared ``flock``) until it ends: a server ends
+only once idle that long with its lease free, or, retired (SIGUSR1), as soon as its lease is
+free. ``--keep-warm 0`` retires every warm server of the checkout. The servers wait in
+:func:`warm_folder` (``NEMOTRON_VL_WARM_SERVERS`` names another), which must be this user's
+alone: one short file per server (``KIND-KEY.json``: its process id, socket and idle time), its
+socket, its list of files and its lease.
 """
 
 from __future__ import annotations
@@ -224,8 +229,14 @@ def _retire(path: Path, server: WarmServer) -> None:
 def _forget(path: Path, server: WarmServer) -> str:
     """A server that ended: its file and what it left removed; how it ended."""
     cause = failed_cause(server.socket)
-    leftovers = (path, server.socket, failed_path(server.socket), loaded_files_path(server.socket))
-    for leftover in (*leftovers, lease_path(server.socket)):
+    socket = server.socket
+    for leftover in (
+        path,
+        socket,
+        failed_path(socket),
+        loaded_files_path(socket),
+        lease_path(socket),
+    ):
         leftover.unlink(missing_ok=True)
     return f"its warm server (pid {server.pid}) has ended" + (
         f": its preload failed: {cause}" if cause else ""
