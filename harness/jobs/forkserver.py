@@ -60,6 +60,7 @@ from harness.jobs.preload import (
     preload_target_imports,
     process_running,
 )
+from harness.jobs.results import replace_text
 
 #: What a fork server preloads: ``torch`` (torch and pytest: the reference's targets) or ``vllm``
 #: (also vLLM and what its model's build imports).
@@ -445,9 +446,7 @@ def write_loaded_files(out: Path, preload_started_ns: int) -> None:
             stat = os.stat(name)
             recent = stat.st_mtime_ns >= preload_started_ns - MODIFIED_DURING_PRELOAD_NS
             files[name] = [-1, -1] if recent else [stat.st_size, stat.st_mtime_ns]
-    partial = out.with_name(f".{out.name}.{os.getpid()}")
-    partial.write_text(json.dumps(files))
-    os.replace(partial, out)
+    replace_text(out, json.dumps(files))
 
 
 def loaded_files_changed(path: Path) -> str | None:

@@ -201,8 +201,9 @@ def steering_environment(environ: Mapping[str, str]) -> dict[str, str]:
     }
 
 
-def _key_digest(options: Mapping[str, Any]) -> str:
-    return hashlib.sha256(json.dumps(options, sort_keys=True).encode()).hexdigest()[:24]
+def key_digest(value: Mapping[str, Any], chars: int = 24) -> str:
+    """A short digest of ``value``'s JSON (keys sorted): a file name for what it keys."""
+    return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()[:chars]
 
 
 @dataclass(frozen=True)
@@ -231,7 +232,7 @@ class KeptOutcomes:
 
     def _entry(self, options: Mapping[str, Any]) -> Path:
         assert self.folder is not None
-        return self.folder / f"{_key_digest(options)}.json"
+        return self.folder / f"{key_digest(options)}.json"
 
     def lookup(self, options: Mapping[str, Any]) -> tuple[Kept | None, str]:
         """The kept run for these options if every input is unchanged, and otherwise None with

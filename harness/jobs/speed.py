@@ -147,12 +147,13 @@ def main(argv: list[str] | None = None) -> int:
         work = Path(scratch)
         conformance = [str(bin_dir / "nemotron-vl-conformance"), "--out", str(work / "main")]
         warm = work / "warm"
-        kept = {KEPT_OUTCOMES_ENV: str(work / "kept"), WARM_SERVERS_ENV: str(warm)}
-        runs[MAIN_JOB] = timed([*conformance, "--rerun"], work / "main-all.log", work, kept)
-        runs["main job, nothing changed"] = timed(conformance, work / "main-kept.log", work, kept)
-        if "vllm" in available_targets():
+        env = {KEPT_OUTCOMES_ENV: str(work / "kept"), WARM_SERVERS_ENV: str(warm)}
+        has_vllm = "vllm" in available_targets()
+        runs[MAIN_JOB] = timed([*conformance, "--rerun"], work / "main-all.log", work, env)
+        runs["main job, nothing changed"] = timed(conformance, work / "main-kept.log", work, env)
+        if has_vllm:
             runs["main job, vLLM's inputs changed"] = timed(
-                [*conformance, "--rerun", "vllm"], work / "main-vllm.log", work, kept
+                [*conformance, "--rerun", "vllm"], work / "main-vllm.log", work, env
             )
         repo, base = installed_checkout(work)
         model = repo / MODEL_FILE
@@ -163,20 +164,18 @@ def main(argv: list[str] | None = None) -> int:
             *("--repo", str(repo), "--base", base, "--head", head),
             *("--cache", str(work / "gate-cache"), "--out", str(work / "gate")),
         ]
-        runs["gate, first push (fills the cache)"] = timed(
-            gate, work / "gate-first.log", work, kept
-        )
-        runs["gate, base side cached"] = timed(gate, work / "gate-cached.log", work, kept)
+        runs["gate, first push (fills the cache)"] = timed(gate, work / "gate-first.log", work, env)
+        runs["gate, base side cached"] = timed(gate, work / "gate-cached.log", work, env)
         try:
             runs["main job, every target run, keeping its servers warm"] = timed(
-                [*conformance, "--rerun", "--keep-warm", "10"], work / "warm-start.log", work, kept
+                [*conformance, "--rerun", "--keep-warm", "10"], work / "warm-start.log", work, env
             )
             runs["main job, every target run, servers warm"] = timed(
-                [*conformance, "--rerun"], work / "warm-all.log", work, kept
+                [*conformance, "--rerun"], work / "warm-all.log", work, env
             )
-            if "vllm" in available_targets():
+            if has_vllm:
                 runs["main job, vLLM's inputs changed, servers warm"] = timed(
-                    [*conformance, "--rerun", "vllm"], work / "warm-vllm.log", work, kept
+                    [*conformance, "--rerun", "vllm"], work / "warm-vllm.log", work, env
                 )
         finally:
             retire_all(folder=warm)

@@ -41,7 +41,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import IO
 
@@ -58,8 +58,9 @@ from harness.jobs.forkserver import (
     shared_servers,
     start_server,
 )
-from harness.jobs.kept import steering_environment
+from harness.jobs.kept import key_digest, steering_environment
 from harness.jobs.preload import process_running
+from harness.jobs.results import replace_text
 
 #: The environment variable naming the folder of the warm servers.
 WARM_SERVERS_ENV = "NEMOTRON_VL_WARM_SERVERS"
@@ -124,7 +125,7 @@ def server_key(kind: str, environ: Mapping[str, str]) -> str:
         "load_time": load_time,
         "process": process_settings(),
     }
-    return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:16]
+    return key_digest(identity, 16)
 
 
 @dataclass(frozen=True)
@@ -178,17 +179,7 @@ def _read_entry(path: Path) -> WarmServer | str:
 
 
 def _write_entry(path: Path, server: WarmServer) -> None:
-    data = {
-        "kind": server.kind,
-        "pid": server.pid,
-        "socket": str(server.socket),
-        "idle_exit_s": server.idle_exit_s,
-        "started": server.started,
-        "interpreter": server.interpreter,
-    }
-    partial = path.with_name(f".{path.name}.{os.getpid()}")
-    partial.write_text(json.dumps(data))
-    os.replace(partial, path)
+    replace_text(path, json.dumps({**asdict(server), "socket": str(server.socket)}))
 
 
 def _unsafe(folder: Path) -> str | None:
