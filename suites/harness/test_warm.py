@@ -97,6 +97,7 @@ def its_files(server: ForkServer) -> list[Path]:
     ]
 
 
+@pytest.mark.slow  # servers preload and end: 3 to 10 s
 def test_a_kept_server_serves_the_next_jobs_until_it_is_retired(folder, checks):
     with warm_servers(["torch"], 1.0, folder=folder) as (started, said):
         assert said[0].startswith("torch: a warm server started (pid ")
@@ -125,6 +126,7 @@ def test_a_kept_server_serves_the_next_jobs_until_it_is_retired(folder, checks):
         assert said == ["torch: a server for this run alone (no warm server)"]
 
 
+@pytest.mark.slow  # servers preload and end: 3 to 10 s
 def test_a_server_outlives_its_idle_time_while_a_job_holds_it_then_ends(folder, checks):
     with warm_servers(["torch"], 2 / 60, folder=folder) as (started, _):  # 2 s
         server = started["torch"]
@@ -144,6 +146,7 @@ def test_a_server_outlives_its_idle_time_while_a_job_holds_it_then_ends(folder, 
     assert not list(folder.glob("*.json"))  # its file, forgotten
 
 
+@pytest.mark.slow  # servers preload and end: 3 to 10 s
 def test_a_server_retired_while_it_preloads_serves_its_job_then_ends(folder, checks):
     with warm_servers(["torch"], 1.0, folder=folder) as (started, _):
         server = started["torch"]
@@ -156,6 +159,7 @@ def test_a_server_retired_while_it_preloads_serves_its_job_then_ends(folder, che
     assert ended_within(server.server_pid, 30)
 
 
+@pytest.mark.slow  # servers preload and end: 3 to 10 s
 def test_a_server_whose_imported_file_changed_is_retired_and_replaced(folder, checks, tmp_path):
     with warm_servers(["torch"], 1.0, folder=folder) as (started, _):
         old = started["torch"]
