@@ -1,8 +1,13 @@
-"""``--core-share-file PATH``: torch's thread count follows the main job's share of the cores.
+"""torch's thread count during a run: following the main job's share of the cores, or a schedule.
 
-The main job writes the number of cores each of its running processes may use to one file
-(:class:`harness.jobs.cores.CoreShare`); before each check, this process reads it and, when it
-changed, sets torch's intra-op thread count to it. Without the option, nothing changes.
+``--core-share-file PATH``: the main job writes the number of cores each of its running
+processes may use to one file (:class:`harness.jobs.cores.CoreShare`); before each check, this
+process reads it and, when it changed, sets torch's intra-op thread count to it.
+
+``--thread-schedule N,M,...``: the k-th check runs at the ``k mod len``-th count of the list
+(``2,1``: the count changes before every check). The flake hunt (:mod:`harness.jobs.flakes`)
+uses it to prove that no check's outcome depends on the thread count it runs at, or on the
+count an earlier check ran at (:mod:`harness.numerics`). Without either option, nothing changes.
 """
 
 from __future__ import annotations
@@ -16,12 +21,31 @@ from harness.jobs.cores import read_share
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    parser.getgroup("nemotron-vl").addoption(
+    group = parser.getgroup("nemotron-vl")
+    group.addoption(
         "--core-share-file",
         default=None,
         metavar="PATH",
         help="the main job's file holding this process's share of the cores (torch's threads)",
     )
+    group.addoption(
+        "--thread-schedule",
+        default=None,
+        metavar="N,M,...",
+        help="torch's thread count per check, in turn (2,1: another count before every check)",
+    )
+
+
+def parse_schedule(text: str) -> tuple[int, ...]:
+    """``"2,1"`` -> ``(2, 1)``; a clear error naming the option for anything but positive
+    integers separated by commas."""
+    parts = [part.strip() for part in text.split(",")]
+    if not all(part.isdigit() and int(part) > 0 for part in parts):
+        raise pytest.UsageError(
+            f"--thread-schedule: expected positive thread counts separated by commas "
+            f"(e.g. 2,1), got {text!r}"
+        )
+    return tuple(int(part) for part in parts)
 
 
 class ThreadsFollowShare:
@@ -39,7 +63,30 @@ class ThreadsFollowShare:
         self.applied = share
 
 
+class ThreadsFollowSchedule:
+    def __init__(self, schedule: tuple[int, ...]) -> None:
+        self.schedule = schedule
+        self.checks = 0
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_setup(self, item: pytest.Item) -> None:
+        import torch  # a schedule is for checks that compute: the first may not have loaded it
+
+        count = self.schedule[self.checks % len(self.schedule)]
+        if torch.get_num_threads() != count:
+            torch.set_num_threads(count)
+        self.checks += 1
+
+
 def pytest_configure(config: pytest.Config) -> None:
     path = config.getoption("--core-share-file")
+    schedule = config.getoption("--thread-schedule")
+    if path and schedule:
+        raise pytest.UsageError(
+            "--thread-schedule and --core-share-file both set torch's threads: give one"
+        )
     if path:
         config.pluginmanager.register(ThreadsFollowShare(Path(path)), "nemotron-vl-cores")
+    elif schedule:
+        plugin = ThreadsFollowSchedule(parse_schedule(str(schedule)))
+        config.pluginmanager.register(plugin, "nemotron-vl-cores")

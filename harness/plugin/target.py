@@ -18,6 +18,7 @@ import torch
 from harness.checkpoints.serving import DEFAULT_SERVING, ServingConfig
 from harness.inputs.catalogue import FORMS_BY_NAME
 from harness.inputs.requests import RequestResult
+from harness.numerics import Numerics, current_numerics
 from harness.targets import (
     TARGET_CHOICES,
     ModelSpec,
@@ -148,13 +149,19 @@ def model(make_model: Callable[..., MultimodalModel]) -> MultimodalModel:
 class RequestRuns:
     """Each catalogued request form (:data:`harness.inputs.catalogue.REQUEST_FORMS`) through the
     target's engine, served with a configuration (:data:`DEFAULT_SERVING` unless given), run on
-    first use and kept: the result, or the exception it raised (raised again)."""
+    first use and kept: the result, or the exception it raised (raised again).
+
+    A result is kept under the numerics it was computed with (:mod:`harness.numerics`): a check
+    that runs at another thread count (the main job hands a finished process's cores to those
+    still running) gets the request run again at its own, so that a check comparing a new run
+    with the kept one bit for bit compares two runs of the same numerics."""
 
     def __init__(self, target: Target, device: torch.device) -> None:
         self.target = target
         self.device = device
         self._outcomes: dict[
-            tuple[str, bool, ServingConfig, ModelSpec | None], RequestResult | Exception
+            tuple[str, bool, ServingConfig, ModelSpec | None, Numerics],
+            RequestResult | Exception,
         ] = {}
 
     def model(
@@ -176,7 +183,7 @@ class RequestRuns:
         """``form``'s request on its checkpoint variant, or on ``spec`` where given."""
         if spec == FORMS_BY_NAME[form].spec:
             spec = None  # the same run
-        key = (form, cached, serving, spec)
+        key = (form, cached, serving, spec, current_numerics())
         if key not in self._outcomes:
             model = self.model(form, serving, spec)  # NeedsCuda etc. propagate: not an outcome
             try:
