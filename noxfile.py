@@ -12,6 +12,7 @@
     nox -s sweep         kill matrix and score as one shard per core in parallel, merged (reports/)
     nox -s bench         speed of the reference LM beside transformers (reports/benchmarks/)
     nox -s speed         how long the main job and the gate (base side cached) take here
+    nox -s flakes        the flake hunt: main jobs under varied threads, orders and groupings
     nox -s calibrate     the parity bounds from vLLM's measured error (fixtures/calibration/)
     nox -s gpu           every GPU check in the shared environment, with vLLM (GPU machines)
 
@@ -475,6 +476,14 @@ def speed(session: nox.Session) -> None:
     """How long a user waits on this machine: the main job, and the gate on a change with its
     base side cached (reports/benchmarks/speed.{md,json})."""
     command(session, "nemotron-vl-speed")
+
+
+@nox.session(venv_backend="none")
+def flakes(session: nox.Session) -> None:
+    """The flake hunt: the main job run again under varied threads (changed mid-run too), check
+    orders (seeded) and groupings, every check whose outcome changed listed
+    (reports/flakes/flakes.{md,json}); ``-- --runs N --seed S`` to replay one."""
+    command(session, "nemotron-vl-flakes")
 
 
 @nox.session(venv_backend="none")

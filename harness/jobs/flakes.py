@@ -1,0 +1,430 @@
+"""``nemotron-vl-flakes``: the flake hunt. Runs the main job again and again under other
+scheduling, and lists every check whose outcome changed.
+
+    nemotron-vl-flakes [--target T ...] [--runs N] [--seed S] [--out reports/flakes]
+                       [-- extra pytest arguments]
+
+A check's outcome must not depend on how the run was scheduled: torch's thread count (fixed,
+or changed between checks as the main job does when a process ends), the order of the checks
+(pytest-randomly, seeded), how they are grouped into processes, a process forked from a
+preloaded server or a new Python, the oracle's answers read from its cache or computed afresh.
+Each run is one main job (:mod:`harness.jobs.conformance`, with ``--rerun``: nothing reused)
+over every target, under one of the :data:`RUN_KINDS` in turn, each shuffled run with its own
+seed drawn from the hunt's seed (``--seed``; a fresh one by default, reported, so that a hunt
+replays). The outcomes of every run are compared check by check; a check with two outcomes is
+unstable, listed with each run's outcome and reason and the command that reruns that run.
+
+The report is ``<out>/flakes.md`` and ``flakes.json`` (each run's main-job report in
+``<out>/run-K/``). Exit status: 0 every run complete and no check unstable; 1 a check unstable;
+2 a bad option or a run that did not complete (its checks are compared as far as it went).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shlex
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness import ROOT
+from harness.jobs.conformance import available_targets, slug
+from harness.jobs.cores import THREAD_VARIABLES
+from harness.jobs.results import ResultsError, read_results, replace_text
+
+DEFAULT_OUT = ROOT / "reports" / "flakes"
+DEFAULT_RUNS = 5
+
+
+@dataclass(frozen=True)
+class RunKind:
+    """How one run of the hunt schedules the checks."""
+
+    name: str
+    #: what the run varies, for the report
+    about: str
+    #: torch's threads: ``"share"`` (the main job's core share: counts change as its processes
+    #: end), ``"one"``, ``"all"`` (every core), or a schedule ``"all,one"`` (another count before
+    #: every check, :mod:`harness.plugin.cores`)
+    threads: str
+    #: the checks in a seeded random order (pytest-randomly), or in file order
+    shuffled: bool
+    #: processes of whole modules side by side per target (``--groups``; 0: the main job's own
+    #: choice); targets side by side (``--jobs``; 0: the main job's own choice)
+    groups: int
+    jobs: int
+    fork_server: bool
+    oracle_cache: bool
+
+
+#: The runs of a hunt, in turn (a longer hunt starts again from the first).
+RUN_KINDS: tuple[RunKind, ...] = (
+    RunKind(
+        "as a user runs it",
+        "the main job's defaults: targets and groups side by side, forked processes, each "
+        "handed a finished process's cores mid-run",
+        "share",
+        shuffled=False,
+        groups=0,
+        jobs=0,
+        fork_server=True,
+        oracle_cache=True,
+    ),
+    RunKind(
+        "one thread",
+        "one process per target, one thread, new Pythons, the oracle computed afresh",
+        "one",
+        shuffled=True,
+        groups=1,
+        jobs=1,
+        fork_server=False,
+        oracle_cache=False,
+    ),
+    RunKind(
+        "every core",
+        "one process per target, a thread per core, the oracle's answers from its cache",
+        "all",
+        shuffled=True,
+        groups=1,
+        jobs=1,
+        fork_server=True,
+        oracle_cache=True,
+    ),
+    RunKind(
+        "threads change every check",
+        "one process per target, the thread count changed before every check",
+        "all,one",
+        shuffled=True,
+        groups=1,
+        jobs=1,
+        fork_server=False,
+        oracle_cache=False,
+    ),
+    RunKind(
+        "two groups",
+        "two processes of whole modules per target side by side, the thread count changed "
+        "before every check",
+        "one,all",
+        shuffled=True,
+        groups=2,
+        jobs=1,
+        fork_server=True,
+        oracle_cache=True,
+    ),
+)
+
+
+@dataclass(frozen=True)
+class Run:
+    """One run of the hunt: its kind, its seed (None: file order) and its main job."""
+
+    index: int
+    kind: RunKind
+    seed: int | None
+    cores: int
+
+    def thread_counts(self) -> list[int]:
+        counts = {"one": 1, "all": max(2, self.cores)}  # two at least: a count that changes
+        return [counts[part] for part in self.kind.threads.split(",") if part in counts]
+
+    def environment(self) -> dict[str, str]:
+        """The variables the run sets (the rest of the environment is the hunt's)."""
+        env = {"NEMOTRON_VL_KEPT_OUTCOMES": "off"}
+        if not self.kind.oracle_cache:
+            env["NEMOTRON_VL_ORACLE_CACHE"] = "off"
+        if self.kind.threads != "share":
+            # A thread count the caller set stands: the main job then shares no cores.
+            first = str(self.thread_counts()[0])
+            env.update(dict.fromkeys(THREAD_VARIABLES, first))
+        return env
+
+    def process_environment(self, base: Mapping[str, str]) -> dict[str, str]:
+        """``base`` with the run's variables; a run that shares the cores as the main job does
+        drops any thread count ``base`` sets (one set stands, and no count would change)."""
+        env = {**base, **self.environment()}
+        if self.kind.threads == "share":
+            for variable in THREAD_VARIABLES:
+                env.pop(variable, None)
+        return env
+
+    def pytest_arguments(self) -> list[str]:
+        args = []
+        if self.seed is not None:
+            args += ["-p", "randomly", f"--randomly-seed={self.seed}"]
+        if "," in self.kind.threads:
+            args.append("--thread-schedule=" + ",".join(map(str, self.thread_counts())))
+        return args
+
+    def command(self, targets: Sequence[str], out: Path, extra: Sequence[str]) -> list[str]:
+        """The main job of this run."""
+        command = ["-m", "harness.jobs.conformance", "--out", str(out), "--rerun"]
+        for target in targets:
+            command += ["--target", target]
+        if self.kind.jobs:
+            command += ["--jobs", str(self.kind.jobs)]
+        if self.kind.groups:
+            command += ["--groups", str(self.kind.groups)]
+        if not self.kind.fork_server:
+            command.append("--no-fork-server")
+        pytest_args = [*self.pytest_arguments(), *extra]
+        return [sys.executable, *command, *(["--", *pytest_args] if pytest_args else [])]
+
+    def replay(self, targets: Sequence[str], out: Path, extra: Sequence[str]) -> str:
+        """The shell line that runs this run again."""
+        variables = [f"{k}={shlex.quote(v)}" for k, v in self.environment().items()]
+        if self.kind.threads == "share":
+            variables = [f"-u {v}" for v in THREAD_VARIABLES] + variables
+        command = self.command(targets, out, extra)
+        return f"env {' '.join(variables)} python {shlex.join(command[1:])}"
+
+
+def plan_runs(count: int, seed: int, cores: int) -> list[Run]:
+    """``count`` runs: :data:`RUN_KINDS` in turn, each shuffled run with a seed of its own drawn
+    from ``seed``."""
+    draw = random.Random(seed)
+    runs = []
+    for index in range(count):
+        kind = RUN_KINDS[index % len(RUN_KINDS)]
+        run_seed = draw.randrange(1, 2**31)
+        runs.append(Run(index + 1, kind, run_seed if kind.shuffled else None, cores))
+    return runs
+
+
+@dataclass
+class RunOutcome:
+    """What one run gave: each target's outcome and reason per check, and how the run ended."""
+
+    run: Run
+    exit_status: int
+    wall_s: float
+    replay: str
+    checks: dict[str, dict[str, tuple[str, str]]] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)
+
+
+def read_run(run: Run, out: Path, targets: Sequence[str]) -> tuple[dict[str, Any], list[str]]:
+    """Each target's checks in the run's results (``{target: {id: (outcome, reason)}}``), and
+    what kept a target's results from being whole."""
+    checks: dict[str, dict[str, tuple[str, str]]] = {}
+    problems: list[str] = []
+    for target in targets:
+        path = out / f"results-{slug(target)}.json"
+        try:
+            results = read_results(path)
+        except (OSError, ResultsError) as e:
+            problems.append(f"{target}: no results ({e})")
+            continue
+        if not results["complete"]:
+            done, selected = len(results["checks"]), results["selected"]
+            problems.append(f"{target}: incomplete ({done} of {selected} checks)")
+        checks[target] = {c["id"]: (c["outcome"], c["reason"]) for c in results["checks"]}
+    return checks, problems
+
+
+@dataclass(frozen=True)
+class Unstable:
+    """A check with more than one outcome over the runs: each run's outcome and reason."""
+
+    target: str
+    check: str
+    outcomes: dict[int, tuple[str, str]]
+
+
+def unstable_checks(runs: Sequence[RunOutcome]) -> list[Unstable]:
+    """Every check (per target) whose outcome is not the same in every run that ran it."""
+    seen: dict[tuple[str, str], dict[int, tuple[str, str]]] = {}
+    for outcome in runs:
+        for target, checks in outcome.checks.items():
+            for check, result in checks.items():
+                seen.setdefault((target, check), {})[outcome.run.index] = result
+    return [
+        Unstable(target, check, per_run)
+        for (target, check), per_run in sorted(seen.items())
+        if len({result[0] for result in per_run.values()}) > 1
+    ]
+
+
+def not_in_every_run(runs: Sequence[RunOutcome]) -> dict[str, int]:
+    """Per target, how many checks some run that ran the target did not report."""
+    missing: dict[str, int] = {}
+    for target in sorted({t for r in runs for t in r.checks}):
+        sets = [set(r.checks[target]) for r in runs if target in r.checks]
+        missing[target] = len(set.union(*sets) - set.intersection(*sets))
+    return missing
+
+
+def run_hunt(
+    targets: Sequence[str],
+    runs: Sequence[Run],
+    out: Path,
+    extra: Sequence[str],
+    log: Any = sys.stdout,
+) -> list[RunOutcome]:
+    """Each run's main job in turn, its output in ``<out>/run-K/main-job.log``."""
+    outcomes = []
+    for run in runs:
+        run_out = out / f"run-{run.index}"
+        run_out.mkdir(parents=True, exist_ok=True)
+        command = run.command(targets, run_out, extra)
+        seed = f", seed {run.seed}" if run.seed is not None else ", file order"
+        print(
+            f"=== flake hunt: run {run.index} of {len(runs)}: {run.kind.name}{seed} ===", file=log
+        )
+        log.flush()
+        started = time.monotonic()
+        with (run_out / "main-job.log").open("w") as output:
+            status = subprocess.call(
+                command,
+                cwd=ROOT,
+                env=run.process_environment(os.environ),
+                stdout=output,
+                stderr=subprocess.STDOUT,
+            )
+        wall = time.monotonic() - started
+        checks, problems = read_run(run, run_out, targets)
+        if status == 2:
+            problems.append(f"the main job did not complete (exit 2; {run_out / 'main-job.log'})")
+        outcomes.append(
+            RunOutcome(run, status, wall, run.replay(targets, run_out, extra), checks, problems)
+        )
+        print(f"    exit {status} in {wall:.0f} s" + "".join(f"; {p}" for p in problems), file=log)
+    return outcomes
+
+
+def hunt_report(
+    seed: int, targets: Sequence[str], outcomes: Sequence[RunOutcome], command: str
+) -> dict[str, Any]:
+    unstable = unstable_checks(outcomes)
+    return {
+        "command": command,
+        "seed": seed,
+        "targets": list(targets),
+        "runs": [
+            {
+                "index": o.run.index,
+                "kind": o.run.kind.name,
+                "about": o.run.kind.about,
+                "settings": {**asdict(o.run.kind), "seed": o.run.seed},
+                "thread_counts": o.run.thread_counts() or "the main job's share of the cores",
+                "exit_status": o.exit_status,
+                "wall_s": round(o.wall_s, 1),
+                "checks": {t: len(c) for t, c in o.checks.items()},
+                "problems": o.problems,
+                "replay": o.replay,
+            }
+            for o in outcomes
+        ],
+        "compared": {t: len({c for o in outcomes for c in o.checks.get(t, {})}) for t in targets},
+        "not_in_every_run": not_in_every_run(outcomes),
+        "unstable": [
+            {
+                "target": u.target,
+                "check": u.check,
+                "outcomes": {
+                    str(k): {"outcome": o, "reason": r} for k, (o, r) in u.outcomes.items()
+                },
+            }
+            for u in unstable
+        ],
+    }
+
+
+def _first_line(text: str, width: int = 160) -> str:
+    line = text.strip().splitlines()[0] if text.strip() else ""
+    return (line[: width - 3] + "...") if len(line) > width else line
+
+
+def render_markdown(report: Mapping[str, Any]) -> str:
+    lines = [
+        "# Flake hunt",
+        "",
+        f"`{report['command']}`: seed {report['seed']}, targets {', '.join(report['targets'])}, "
+        f"{len(report['runs'])} runs.",
+        "",
+        "| run | kind | seed | threads | exit | wall (s) | checks | problems |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in report["runs"]:
+        threads = r["thread_counts"]
+        threads = ", ".join(map(str, threads)) if isinstance(threads, list) else threads
+        checks = ", ".join(f"{t} {n}" for t, n in r["checks"].items())
+        seed = r["settings"]["seed"] if r["settings"]["seed"] is not None else "file order"
+        lines.append(
+            f"| {r['index']} | {r['kind']} | {seed} | {threads} | {r['exit_status']} | "
+            f"{r['wall_s']} | {checks} | {'; '.join(r['problems']) or '—'} |"
+        )
+    lines += ["", "What each run varies:", ""]
+    for r in report["runs"]:
+        lines.append(f"- run {r['index']} ({r['kind']}): {r['about']}. Again: `{r['replay']}`")
+    compared = ", ".join(f"{t} {n}" for t, n in report["compared"].items())
+    missing = ", ".join(f"{t} {n}" for t, n in report["not_in_every_run"].items())
+    lines += ["", f"Checks compared: {compared}; not reported by every run: {missing}.", ""]
+    if not report["unstable"]:
+        lines.append("**No check's outcome changed between runs.**")
+    else:
+        lines += [f"## {len(report['unstable'])} unstable checks", ""]
+        for u in report["unstable"]:
+            lines.append(f"- `{u['target']}` `{u['check']}`")
+            for run, o in u["outcomes"].items():
+                lines.append(f"  - run {run}: {o['outcome']} {_first_line(o['reason'])}")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    extra: list[str] = []
+    if "--" in argv:
+        extra = argv[argv.index("--") + 1 :]
+        argv = argv[: argv.index("--")]
+    parser = argparse.ArgumentParser(
+        prog="nemotron-vl-flakes",
+        description="run the main job under varied threads, orders and groupings, and list "
+        "every check whose outcome changed",
+    )
+    parser.add_argument(
+        "--target",
+        action="append",
+        dest="targets",
+        help="a target to hunt on (repeatable; default: every available target)",
+    )
+    parser.add_argument("--runs", type=int, default=DEFAULT_RUNS, help="runs (default: 5)")
+    parser.add_argument(
+        "--seed", type=int, default=None, help="the hunt's seed (default: a fresh one)"
+    )
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="report folder")
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as e:
+        return 0 if e.code == 0 else 2
+    if args.runs < 2:
+        print(f"nemotron-vl-flakes: error: --runs: expected at least 2, got {args.runs}")
+        return 2
+    seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1, 2**31)
+    targets = args.targets or available_targets()
+    out = args.out.resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    runs = plan_runs(args.runs, seed, os.cpu_count() or 1)
+    outcomes = run_hunt(targets, runs, out, extra)
+    command = "nemotron-vl-flakes " + shlex.join(
+        [*(f"--target={t}" for t in targets), f"--runs={args.runs}", f"--seed={seed}"]
+        + (["--", *extra] if extra else [])
+    )
+    report = hunt_report(seed, targets, outcomes, command)
+    replace_text(out / "flakes.json", json.dumps(report, indent=1) + "\n")
+    replace_text(out / "flakes.md", render_markdown(report))
+    print(render_markdown(report))
+    print(f"flake hunt report: {out / 'flakes.md'} and flakes.json")
+    if report["unstable"]:
+        return 1
+    return 2 if any(o.problems for o in outcomes) else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
