@@ -19,6 +19,8 @@
   (``nemotron-vl-findings``);
 - ``bench_report``: speed goals over benchmarks (``nemotron-vl-bench-report``);
 - ``speed``: how long a user waits for the main job and the gate (``nemotron-vl-speed``);
+- ``flakes``: the flake hunt, main jobs under varied threads, orders and groupings, and every
+  check whose outcome changed (``nemotron-vl-flakes``);
 - ``calibrate``: the parity bounds from measured error (``nemotron-vl-calibrate``).
 
 May import: ``oracles`` (the calibration measures as the checks do), ``targets`` (the

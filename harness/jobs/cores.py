@@ -7,7 +7,11 @@ reference's), so when one process ends, its cores would sit idle while the other
 one thread each. :class:`CoreShare` keeps the count of processes running and writes
 ``cores // running`` to one file when it changes; each process reads it before each check
 (:mod:`harness.plugin.cores`) and sets torch's thread count to it. A check's outcome does not
-depend on the thread count (the checks compare within stated bounds), only its time does.
+depend on the thread count, only its time does: on some CPUs another count rounds a product
+otherwise, so a comparison within a bound allows for it (the same unit roundoff), and a result
+kept for a bit-exact comparison by a later check is kept per count (:mod:`harness.numerics`);
+the flake hunt (:mod:`harness.jobs.flakes`) runs the suites at fixed, shared and changing counts
+to hold this.
 """
 
 from __future__ import annotations

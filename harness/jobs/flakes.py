@@ -182,7 +182,7 @@ class Run:
         if self.kind.threads == "share":
             variables = [f"-u {v}" for v in THREAD_VARIABLES] + variables
         command = self.command(targets, out, extra)
-        return f"env {' '.join(variables)} python {shlex.join(command[1:])}"
+        return f"env {' '.join(variables)} nemotron-vl-conformance {shlex.join(command[3:])}"
 
 
 def plan_runs(count: int, seed: int, cores: int) -> list[Run]:
@@ -256,7 +256,8 @@ def not_in_every_run(runs: Sequence[RunOutcome]) -> dict[str, int]:
     missing: dict[str, int] = {}
     for target in sorted({t for r in runs for t in r.checks}):
         sets = [set(r.checks[target]) for r in runs if target in r.checks]
-        missing[target] = len(set.union(*sets) - set.intersection(*sets))
+        everywhere = sets[0].intersection(*sets[1:])
+        missing[target] = len(sets[0].union(*sets[1:]) - everywhere)
     return missing
 
 

@@ -8,6 +8,12 @@ versions of the libraries it computes with. :class:`OracleCache` keys each answe
 a warm run, or the other side of the gate, reads what an earlier run computed instead of running
 the reference's towers again; any change to one of them is another key.
 
+An answer is kept whatever torch's thread count was when it was computed: the reference computes
+in fp32, where another count's rounding is far below every bound a target is judged by
+(measured, 1 against 2 threads: at most 4.5e-7 relative on an item, audio; the tightest bound is
+1e-4, vLLM serving fp32; bf16's start at 1 %), and no check compares an oracle's tower rows bit
+for bit (only rows copied or looked up, which no count changes).
+
 Only the oracle's answers are kept: the implementation under test, the reference target included,
 always runs; and none are kept while a reference mutant patches the reference in the process.
 ``NEMOTRON_VL_ORACLE_CACHE`` names the cache folder (default ``.cache/oracle`` in the repository)

@@ -189,3 +189,35 @@ def test_the_mutation_sweep_shards_on_a_schedule_and_merges_every_shard():
     ]
     assert uploads, "the merge job publishes no artifact"
     assert "reports/mutants.md" in uploads[0]["with"]["path"]
+
+
+def test_the_flake_hunt_runs_on_a_schedule_on_every_target():
+    """Five runs or more on each target the main job runs, with options the hunt takes, its
+    report the job's summary and an artifact."""
+    workflow = load("flakes.yml")
+    assert set(workflow["on"]) == {"schedule", "workflow_dispatch"}
+    job = workflow["jobs"]["hunt"]
+    assert job["strategy"]["matrix"]["target"] == ["reference", "vllm"]
+    help_text = subprocess.run(
+        [sys.executable, "-m", "harness.jobs.flakes", "--help"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout
+    hunts = []
+    for _, command in run_commands(workflow):
+        words = shlex.split(command)
+        if words[:2] == ["pip", "install"]:
+            assert words == ["pip", "install", "nox"], command
+        elif words[0] == "cat":
+            assert command.endswith('>> "$GITHUB_STEP_SUMMARY"'), command
+        else:
+            assert words[:4] == ["nox", "-s", "flakes", "--"], command
+            assert "flakes" in nox_sessions()
+            for option in (w for w in words[4:] if w.startswith("--")):
+                assert option in help_text, f"{command} passes {option}, not an option"
+            assert int(words[words.index("--runs") + 1]) >= 5
+            assert words[words.index("--target") + 1] == "$TARGET"
+            hunts.append(command)
+    assert len(hunts) == 1
