@@ -2,7 +2,7 @@
 
     nox -s conformance   the main job: suites against every available target, report in reports/
     nox -s tests         the harness's own test run (everything that runs without a GPU, vLLM too)
-    nox -s lint          ruff check + ruff format --check + no-tensor-truthiness
+    nox -s lint          ruff check + ruff format --check + no-tensor-truthiness + zizmor
     nox -s lint-survey   the tensor-truthiness lint over vllm, torch, transformers, stdlib
     nox -s typecheck     mypy --strict on harness/, reference_impl/ and no_tensor_truthiness/
     nox -s fuzz          long hypothesis runs of the property checks
@@ -44,6 +44,11 @@ _ENVIRONMENT = runpy.run_path(str(ROOT / "harness" / "environment.py"))
 #: The main job's sharing of the cores (standard library only), shared by the test run's streams.
 _CORES = runpy.run_path(str(ROOT / "harness" / "jobs" / "cores.py"))
 CPU_ENV = {**_ENVIRONMENT["CPU"], "PYTHONHASHSEED": "0"}
+
+#: The workflow auditor, and how the lint runs it: no finding at medium severity or above, under
+#: its auditor persona (self-hosted runners included); a finding kept is suppressed on its line.
+ZIZMOR = ">=1.20"
+ZIZMOR_SETTINGS = ("--persona", "auditor", "--min-severity", "medium")
 
 nox.options.sessions = ["tests"]
 nox.options.reuse_venv = "yes"
@@ -290,12 +295,14 @@ def conformance(session: nox.Session) -> None:
 
 @nox.session(reuse_venv=True)
 def lint(session: nox.Session) -> None:
-    """ruff check, ruff format --check and no-tensor-truthiness (no torch in this environment:
-    the lint installs in seconds)."""
-    session.install("ruff>=0.6", ".")
+    """ruff check, ruff format --check, no-tensor-truthiness and zizmor over the workflows (no
+    torch in this environment: the lint installs in seconds)."""
+    session.install("ruff>=0.6", f"zizmor{ZIZMOR}", ".")
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
     session.run("no-tensor-truthiness", "--statistics", ".")
+    # Offline: the audits that ask GitHub (an action's known advisories, say) cannot run here.
+    session.run("zizmor", "--offline", *ZIZMOR_SETTINGS, ".github/workflows/")
 
 
 @nox.session(name="lint-survey", venv_backend="none")

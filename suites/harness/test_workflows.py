@@ -10,6 +10,7 @@ noxfile defines, or the gate with options it accepts), the reusable gate is call
 
 from __future__ import annotations
 
+import re
 import shlex
 import shutil
 import subprocess
@@ -86,8 +87,12 @@ def test_ci_runs_the_readme_commands_and_the_nox_sessions():
 
 
 def test_the_gpu_job_only_runs_where_a_gpu_runner_is_declared():
+    """And never on a fork's pull request: a self-hosted runner would run its code."""
     job = load("ci.yml")["jobs"]["gpu"]
-    assert job["if"] == "vars.GPU_RUNNER == 'true'"
+    assert job["if"] == (
+        "vars.GPU_RUNNER == 'true' && (github.event_name == 'push' || "
+        "github.event.pull_request.head.repo.full_name == github.repository)"
+    )
     assert job["runs-on"] == ["self-hosted", "gpu"]
     assert ("gpu", "nox -s gpu") in run_commands(load("ci.yml"))
 
@@ -221,3 +226,73 @@ def test_the_flake_hunt_runs_on_a_schedule_on_every_target():
             assert words[words.index("--target") + 1] == "$TARGET"
             hunts.append(command)
     assert len(hunts) == 1
+
+
+PINNED = re.compile(r"^\s*(?:- )?uses: [\w.-]+/[\w./-]+@[0-9a-f]{40}  # v[0-9.]+$")
+
+
+def test_every_action_is_pinned_to_a_commit_with_its_release_named():
+    for path in sorted(WORKFLOWS.glob("*.yml")):
+        for number, line in enumerate(path.read_text().splitlines(), start=1):
+            if re.match(r"^\s*(?:- )?uses: ", line):
+                assert PINNED.match(line), f"{path.name}:{number}: {line.strip()}"
+
+
+def test_no_checkout_keeps_credentials_and_every_job_states_its_permissions():
+    for path in sorted(WORKFLOWS.glob("*.yml")):
+        workflow = load(path.name)
+        assert workflow["permissions"] == {}, f"{path.name}: permissions at the top"
+        for name, job in workflow["jobs"].items():
+            assert job["permissions"] == {"contents": "read"}, f"{path.name}: {name}"
+            for step in job["steps"]:
+                if str(step.get("uses", "")).startswith("actions/checkout@"):
+                    assert step["with"]["persist-credentials"] is False, f"{path.name}: {name}"
+
+
+def test_no_input_is_expanded_into_a_script():
+    """Template expansion in a ``run:`` step puts the value into the shell's source: inputs and
+    event fields reach it through environment variables instead."""
+    for path in sorted(WORKFLOWS.glob("*.yml")):
+        for name, job in load(path.name)["jobs"].items():
+            for step in job["steps"]:
+                assert "${{" not in step.get("run", ""), f"{path.name}: {name}: {step['run']}"
+
+
+def zizmor(*args: str) -> subprocess.CompletedProcess[str]:
+    if shutil.which("zizmor") is None:
+        pytest.skip("zizmor is not installed (the test extra installs it: nox -s tests)")
+    command = ["zizmor", "--offline", "--persona", "auditor", "--min-severity", "medium"]
+    return subprocess.run([*command, *args], capture_output=True, text=True, check=False)
+
+
+def test_zizmor_finds_nothing_in_the_workflows():
+    proc = zizmor(str(WORKFLOWS))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def readme_calling_workflow() -> str:
+    readme = (ROOT / "README.md").read_text()
+    marker = "# .github/workflows/nemotron-vl.yml in the vLLM fork\n"
+    start = readme.index(marker)
+    return readme[start : readme.index("```", start)]
+
+
+def test_the_readmes_calling_workflow_is_safe_for_pull_requests(tmp_path):
+    """The example a maintainer copies: pull requests' code without write tokens or secrets,
+    the token read-only, the harness pinned to one commit; zizmor finds nothing in it."""
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    text = readme_calling_workflow().replace("HARNESS_COMMIT", commit).replace("OWNER", "nvidia")
+    workflow = yaml.safe_load(text)
+    workflow["on"] = workflow.pop(True)
+    assert set(workflow["on"]) == {"pull_request"}
+    assert workflow["permissions"] == {}
+    [job] = workflow["jobs"].values()
+    assert job["permissions"] == {"contents": "read"}
+    assert job["uses"].endswith(f"/.github/workflows/vllm-gate.yml@{commit}")
+    assert job["with"]["harness-ref"] == commit
+    folder = tmp_path / ".github" / "workflows"
+    folder.mkdir(parents=True)
+    (folder / "nemotron-vl.yml").write_text(text)
+    proc = zizmor(str(folder))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "No findings" in proc.stdout + proc.stderr
