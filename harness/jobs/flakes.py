@@ -7,7 +7,8 @@ scheduling, and lists every check whose outcome changed.
 A check's outcome must not depend on how the run was scheduled: torch's thread count (fixed,
 or changed between checks as the main job does when a process ends), the order of the checks
 (pytest-randomly, seeded), how they are grouped into processes, a process forked from a
-preloaded server or a new Python, the oracle's answers read from its cache or computed afresh.
+preloaded server (kept warm by an earlier run, or not) or a new Python, the oracle's answers
+read from its cache or computed afresh.
 Each run is one main job (:mod:`harness.jobs.conformance`, with ``--rerun``: nothing reused)
 over every target, under one of the :data:`RUN_KINDS` in turn, each shuffled run with its own
 seed drawn from the hunt's seed (``--seed``; a fresh one by default, reported, so that a hunt
@@ -26,8 +27,10 @@ import json
 import os
 import random
 import shlex
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -38,9 +41,12 @@ from harness import ROOT
 from harness.jobs.conformance import available_targets, slug
 from harness.jobs.cores import THREAD_VARIABLES
 from harness.jobs.results import ResultsError, read_results, replace_text
+from harness.jobs.warm import WARM_SERVERS_ENV, retire_all
 
 DEFAULT_OUT = ROOT / "reports" / "flakes"
 DEFAULT_RUNS = 5
+#: Minutes a run's warm servers outlive it unused (the hunt retires them at its end).
+KEEP_WARM_MIN = 30
 
 
 @dataclass(frozen=True)
@@ -62,6 +68,9 @@ class RunKind:
     jobs: int
     fork_server: bool
     oracle_cache: bool
+    #: the run's fork servers kept warm for the later runs (``--keep-warm``), which fork from
+    #: them while they are current
+    keep_warm: bool = False
 
 
 #: The runs of a hunt, in turn (a longer hunt starts again from the first).
@@ -89,13 +98,15 @@ RUN_KINDS: tuple[RunKind, ...] = (
     ),
     RunKind(
         "every core",
-        "one process per target, a thread per core, the oracle's answers from its cache",
+        "one process per target, a thread per core, the oracle's answers from its cache, its "
+        "fork servers kept warm for the later runs",
         "all",
         shuffled=True,
         groups=1,
         jobs=1,
         fork_server=True,
         oracle_cache=True,
+        keep_warm=True,
     ),
     RunKind(
         "threads change every check",
@@ -109,8 +120,8 @@ RUN_KINDS: tuple[RunKind, ...] = (
     ),
     RunKind(
         "two groups",
-        "two processes of whole modules per target side by side, the thread count changed "
-        "before every check",
+        "two processes of whole modules per target side by side, forked from the warm servers "
+        "an earlier run kept, the thread count changed before every check",
         "one,all",
         shuffled=True,
         groups=2,
@@ -173,6 +184,8 @@ class Run:
             command += ["--groups", str(self.kind.groups)]
         if not self.kind.fork_server:
             command.append("--no-fork-server")
+        if self.kind.keep_warm:
+            command += ["--keep-warm", str(KEEP_WARM_MIN)]
         pytest_args = [*self.pytest_arguments(), *extra]
         return [sys.executable, *command, *(["--", *pytest_args] if pytest_args else [])]
 
@@ -268,7 +281,25 @@ def run_hunt(
     extra: Sequence[str],
     log: Any = sys.stdout,
 ) -> list[RunOutcome]:
-    """Each run's main job in turn, its output in ``<out>/run-K/main-job.log``."""
+    """Each run's main job in turn, its output in ``<out>/run-K/main-job.log``; the warm
+    servers they keep wait in a folder of the hunt's own, retired at its end."""
+    # Short, under the system temporary folder: a Unix socket's path must stay under 108 bytes.
+    warm = Path(tempfile.mkdtemp(prefix="nvl-flakes-warm-"))
+    try:
+        return _run_each(targets, runs, out, extra, log, {WARM_SERVERS_ENV: str(warm)})
+    finally:
+        retire_all(folder=warm)
+        shutil.rmtree(warm, ignore_errors=True)
+
+
+def _run_each(
+    targets: Sequence[str],
+    runs: Sequence[Run],
+    out: Path,
+    extra: Sequence[str],
+    log: Any,
+    warm_env: Mapping[str, str],
+) -> list[RunOutcome]:
     outcomes = []
     for run in runs:
         run_out = out / f"run-{run.index}"
@@ -284,7 +315,7 @@ def run_hunt(
             status = subprocess.call(
                 command,
                 cwd=ROOT,
-                env=run.process_environment(os.environ),
+                env=run.process_environment({**os.environ, **warm_env}),
                 stdout=output,
                 stderr=subprocess.STDOUT,
             )

@@ -5,6 +5,8 @@ thread count (made so by a plugin loaded into its main jobs) and nothing else.""
 from __future__ import annotations
 
 import json
+import time
+from pathlib import Path
 
 import pytest
 
@@ -36,6 +38,9 @@ def test_five_runs_vary_threads_orders_groupings_processes_and_the_oracle_cache(
     assert {r.kind.groups for r in runs} >= {1, 2}
     assert {r.kind.fork_server for r in runs} == {True, False}
     assert {r.kind.oracle_cache for r in runs} == {True, False}
+    warm = [r.index for r in runs if r.kind.keep_warm]
+    assert warm, "a run keeps its fork servers warm"
+    assert any(r.kind.fork_server for r in runs if r.index > warm[0]), "a later run forks there"
     assert plan_runs(5, seed=3, cores=2) == runs, "a hunt replays from its seed"
     assert [r.seed for r in plan_runs(5, seed=4, cores=2)] != [r.seed for r in runs]
 
@@ -120,3 +125,23 @@ def test_a_hunt_finds_the_check_whose_outcome_depends_on_the_thread_count(tmp_pa
     assert status == 1
     assert THREAD_DEPENDENT in (tmp_path / "flakes.md").read_text()
     assert "--randomly-seed=" in report["runs"][2]["replay"]
+    assert "--keep-warm" in report["runs"][2]["replay"]
+    # The warm servers run 3 kept are retired with the hunt: none outlives it for long.
+    deadline = time.monotonic() + 30
+    while (left := warm_servers_running()) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not left, f"the hunt's warm servers still run: {left}"
+
+
+def warm_servers_running() -> list[int]:
+    """The processes whose command names a folder of the hunt's warm servers."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                command = (entry / "cmdline").read_bytes()
+            except OSError:
+                continue
+            if b"nvl-flakes-warm-" in command:
+                found.append(int(entry.name))
+    return found
