@@ -48,6 +48,17 @@ def run_commands(workflow: dict) -> list[tuple[str, str]]:
     return found
 
 
+def command_help(module: str) -> str:
+    """``python -m MODULE --help``: the options a command takes."""
+    return subprocess.run(
+        [sys.executable, "-m", module, "--help"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout
+
+
 def nox_sessions() -> set[str]:
     import ast
 
@@ -103,13 +114,7 @@ def test_the_gate_workflow_is_reusable_and_runs_the_gate_with_its_options():
     commands = [c for _, c in run_commands(workflow)]
     gate = next(c for c in commands if "nemotron-vl-gate" in c)
     options = {w for w in shlex.split(gate.replace('"', "")) if w.startswith("--") and w != "--"}
-    help_text = subprocess.run(
-        [sys.executable, "-m", "harness.jobs.gate", "--help"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=False,
-    ).stdout
+    help_text = command_help("harness.jobs.gate")
     for option in options:
         assert option in help_text, f"the workflow passes {option}, which the gate does not take"
     steps = workflow["jobs"]["gate"]["steps"]
@@ -158,13 +163,7 @@ def test_the_mutation_sweep_shards_on_a_schedule_and_merges_every_shard():
             continue
         assert words[:2] == ["nox", "-s"], (job, command)
         assert words[2] in sessions, (job, command)
-        help_text = subprocess.run(
-            [sys.executable, "-m", help_of[words[2]], "--help"],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            check=False,
-        ).stdout
+        help_text = command_help(help_of[words[2]])
         for option in (w for w in words[4:] if w.startswith("--")):
             assert option in help_text, f"{job}: {command} passes {option}, not an option"
         if job == "reach":
@@ -203,13 +202,7 @@ def test_the_flake_hunt_runs_on_a_schedule_on_every_target():
     assert set(workflow["on"]) == {"schedule", "workflow_dispatch"}
     job = workflow["jobs"]["hunt"]
     assert job["strategy"]["matrix"]["target"] == ["reference", "vllm"]
-    help_text = subprocess.run(
-        [sys.executable, "-m", "harness.jobs.flakes", "--help"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=False,
-    ).stdout
+    help_text = command_help("harness.jobs.flakes")
     hunts = []
     for _, command in run_commands(workflow):
         words = shlex.split(command)
