@@ -12,6 +12,7 @@ count an earlier check ran at (:mod:`harness.numerics`). Without either option, 
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -40,7 +41,7 @@ def parse_schedule(text: str) -> tuple[int, ...]:
     """``"2,1"`` -> ``(2, 1)``; a clear error naming the option for anything but positive
     integers separated by commas."""
     parts = [part.strip() for part in text.split(",")]
-    if not all(part.isdigit() and int(part) > 0 for part in parts):
+    if not all(re.fullmatch(r"[1-9][0-9]*", part) for part in parts):
         raise pytest.UsageError(
             f"--thread-schedule: expected positive thread counts separated by commas "
             f"(e.g. 2,1), got {text!r}"
@@ -49,6 +50,8 @@ def parse_schedule(text: str) -> tuple[int, ...]:
 
 
 class ThreadsFollowShare:
+    """Before each check, torch's thread count set to the share in the main job's file."""
+
     def __init__(self, path: Path) -> None:
         self.path = path
         self.applied: int | None = None
@@ -64,6 +67,8 @@ class ThreadsFollowShare:
 
 
 class ThreadsFollowSchedule:
+    """Before the k-th check, torch's thread count set to the schedule's ``k mod len``-th."""
+
     def __init__(self, schedule: tuple[int, ...]) -> None:
         self.schedule = schedule
         self.checks = 0

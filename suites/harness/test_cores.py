@@ -125,6 +125,8 @@ def test_a_process_threads_follow_the_share_between_checks(tmp_path):
             "harness.plugin.cores",
             "-p",
             "no:cacheprovider",
+            "-p",
+            "no:randomly",  # in file order: outside the repository, no pyproject turns it off
             f"--core-share-file={share}",
             "-q",
             "test_threads.py",
@@ -138,3 +140,56 @@ def test_a_process_threads_follow_the_share_between_checks(tmp_path):
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "3 passed" in proc.stdout
+
+
+def _pytest_with_cores_plugin(tmp_path, *options: str) -> subprocess.CompletedProcess[str]:
+    env = one_thread_env()
+    env["PYTHONPATH"] = str(ROOT)
+    plugins = ["-p", "harness.plugin.cores", "-p", "no:cacheprovider", "-p", "no:randomly"]
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", *plugins, *options, "-q", "test_threads.py"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+    )
+
+
+def test_a_schedule_sets_each_checks_thread_count_in_turn(tmp_path):
+    (tmp_path / "test_threads.py").write_text(
+        textwrap.dedent(
+            """
+            import pytest
+            import torch
+
+
+            # By hand: the k-th check runs at the (k mod 3)-th count of 3,1,2.
+            @pytest.mark.parametrize("expected", [3, 1, 2, 3, 1])
+            def test_count(expected):
+                assert torch.get_num_threads() == expected
+            """
+        )
+    )
+    proc = _pytest_with_cores_plugin(tmp_path, "--thread-schedule=3,1,2")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "5 passed" in proc.stdout
+
+
+@pytest.mark.parametrize("schedule", ["", "2,", "0", "two", "1.5", "²"])
+def test_a_schedule_of_anything_but_positive_counts_is_refused(schedule):
+    from harness.plugin.cores import parse_schedule
+
+    with pytest.raises(pytest.UsageError, match=r"--thread-schedule: expected positive thread"):
+        parse_schedule(schedule)
+    assert parse_schedule(" 2, 1") == (2, 1)
+
+
+def test_a_schedule_and_a_share_file_together_are_refused(tmp_path):
+    (tmp_path / "test_threads.py").write_text("def test_nothing():\n    pass\n")
+    proc = _pytest_with_cores_plugin(
+        tmp_path, "--thread-schedule=2,1", f"--core-share-file={tmp_path / 'share'}"
+    )
+    assert proc.returncode != 0
+    assert "--thread-schedule and --core-share-file both set torch's threads" in proc.stderr

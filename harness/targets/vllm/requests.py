@@ -39,6 +39,7 @@ from harness.inputs.requests import (
     VideoFile,
     audio_with_rate,
 )
+from harness.numerics import Numerics, current_numerics
 from harness.targets.vllm.runtime import prepare_cpu_environment
 
 #: The processor outputs a tower reads as features (floating) and their masks.
@@ -145,7 +146,19 @@ class VllmRequestPath:
         self.vllm_config = vllm_config
         model_config = vllm_config.model_config
         self.processor = MULTIMODAL_REGISTRY.create_processor(model_config)
-        self.cache = MultiModalProcessorOnlyCache(model_config)
+        # One processor cache per numerics: an item's cached features are compared bit for bit
+        # with a fresh processing's (suites/conformance/test_requests.py), and an audio clip's
+        # log-mel features come from products whose rounding may follow the thread count.
+        self._caches: dict[Numerics, Any] = {}
+        self._cache_class = MultiModalProcessorOnlyCache
+
+    @property
+    def cache(self) -> Any:
+        """vLLM's processor cache for the numerics in force (:mod:`harness.numerics`)."""
+        numerics = current_numerics()
+        if numerics not in self._caches:
+            self._caches[numerics] = self._cache_class(self.vllm_config.model_config)
+        return self._caches[numerics]
 
     def multi_modal_data(self, request: Request) -> dict[str, object]:
         """The request's ``multi_modal_data`` as the server makes it. Video files are decoded
