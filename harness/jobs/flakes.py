@@ -17,17 +17,20 @@ unstable, listed with each run's outcome and reason and the command that reruns 
 
 The report is ``<out>/flakes.md`` and ``flakes.json`` (each run's main-job report in
 ``<out>/run-K/``). Exit status: 0 every run complete and no check unstable; 1 a check unstable;
-2 a bad option or a run that did not complete (its checks are compared as far as it went).
+2 a bad option or a run that did not complete (its checks are compared as far as it went, and
+the checks that changed are listed all the same).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -35,18 +38,24 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from harness import ROOT
 from harness.jobs.conformance import available_targets, slug
 from harness.jobs.cores import THREAD_VARIABLES
+from harness.jobs.forkserver import SHARED_SERVERS_ENV
+from harness.jobs.kept import steering_environment
 from harness.jobs.results import ResultsError, read_results, replace_text
 from harness.jobs.warm import WARM_SERVERS_ENV, retire_all
+from harness.targets import TargetLoadError, resolve_target
 
 DEFAULT_OUT = ROOT / "reports" / "flakes"
 DEFAULT_RUNS = 5
-#: Minutes a run's warm servers outlive it unused (the hunt retires them at its end).
-KEEP_WARM_MIN = 30
+#: Minutes a run's warm servers outlive it unused: longer than the runs after it take (a main
+#: job each); the hunt retires them at its end.
+KEEP_WARM_MIN = 600
+#: Seconds the hunt waits for its retired warm servers to end before removing their folder.
+WARM_EXIT_WAIT_S = 30
 
 
 @dataclass(frozen=True)
@@ -142,8 +151,11 @@ class Run:
     cores: int
 
     def thread_counts(self) -> list[int]:
+        """The counts the run's checks run at, in turn; none for the main job's own share."""
+        if self.kind.threads == "share":
+            return []
         counts = {"one": 1, "all": max(2, self.cores)}  # two at least: a count that changes
-        return [counts[part] for part in self.kind.threads.split(",") if part in counts]
+        return [counts[part] for part in self.kind.threads.split(",")]
 
     def environment(self) -> dict[str, str]:
         """The variables the run sets (the rest of the environment is the hunt's)."""
@@ -163,6 +175,9 @@ class Run:
         if self.kind.threads == "share":
             for variable in THREAD_VARIABLES:
                 env.pop(variable, None)
+        # A test run's shared fork servers would stand in for the run's own (forked, warm or
+        # none): each run starts what its kind says.
+        env.pop(SHARED_SERVERS_ENV, None)
         return env
 
     def pytest_arguments(self) -> list[str]:
@@ -189,9 +204,18 @@ class Run:
         pytest_args = [*self.pytest_arguments(), *extra]
         return [sys.executable, *command, *(["--", *pytest_args] if pytest_args else [])]
 
-    def replay(self, targets: Sequence[str], out: Path, extra: Sequence[str]) -> str:
-        """The shell line that runs this run again."""
-        variables = [f"{k}={shlex.quote(v)}" for k, v in self.environment().items()]
+    def replay(
+        self,
+        targets: Sequence[str],
+        out: Path,
+        extra: Sequence[str],
+        hunt_environment: Mapping[str, str],
+    ) -> str:
+        """The shell line that runs this run again (its report into ``out``): the run's
+        variables and those of the hunt's environment that steer the checks."""
+        env = {**steering_environment(hunt_environment), **self.environment()}
+        env.pop(WARM_SERVERS_ENV, None)  # the hunt's folder is gone: the user's own is used
+        variables = [f"{k}={shlex.quote(v)}" for k, v in env.items()]
         if self.kind.threads == "share":
             variables = [f"-u {v}" for v in THREAD_VARIABLES] + variables
         command = self.command(targets, out, extra)
@@ -220,9 +244,11 @@ class RunOutcome:
     replay: str
     checks: dict[str, dict[str, tuple[str, str]]] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
+    #: the main job's lines about its fork servers (started, forked from a warm one, kept)
+    fork_servers: list[str] = field(default_factory=list)
 
 
-def read_run(run: Run, out: Path, targets: Sequence[str]) -> tuple[dict[str, Any], list[str]]:
+def read_run(out: Path, targets: Sequence[str]) -> tuple[dict[str, Any], list[str]]:
     """Each target's checks in the run's results (``{target: {id: (outcome, reason)}}``), and
     what kept a target's results from being whole."""
     checks: dict[str, dict[str, tuple[str, str]]] = {}
@@ -274,81 +300,123 @@ def not_in_every_run(runs: Sequence[RunOutcome]) -> dict[str, int]:
     return missing
 
 
+def processes_naming(text: str) -> list[int]:
+    """The processes whose command line holds ``text`` (a warm server's names its socket)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and entry.name != str(os.getpid()):
+            try:
+                command = (entry / "cmdline").read_bytes()
+            except OSError:
+                continue
+            if text.encode() in command:
+                found.append(int(entry.name))
+    return found
+
+
 def run_hunt(
     targets: Sequence[str],
     runs: Sequence[Run],
     out: Path,
     extra: Sequence[str],
-    log: Any = sys.stdout,
-) -> list[RunOutcome]:
+    log: TextIO | None = None,
+) -> tuple[list[RunOutcome], Path]:
     """Each run's main job in turn, its output in ``<out>/run-K/main-job.log``; the warm
-    servers they keep wait in a folder of the hunt's own, retired at its end."""
+    servers they keep wait in a folder of the hunt's own (returned), retired at its end."""
     # Short, under the system temporary folder: a Unix socket's path must stay under 108 bytes.
     warm = Path(tempfile.mkdtemp(prefix="nvl-flakes-warm-"))
     try:
-        return _run_each(targets, runs, out, extra, log, {WARM_SERVERS_ENV: str(warm)})
+        env = {**os.environ, WARM_SERVERS_ENV: str(warm)}
+        return [_run_one(run, len(runs), targets, out, extra, env, log) for run in runs], warm
     finally:
         retire_all(folder=warm)
+        deadline = time.monotonic() + WARM_EXIT_WAIT_S
+        while processes_naming(str(warm)) and time.monotonic() < deadline:
+            time.sleep(0.2)
         shutil.rmtree(warm, ignore_errors=True)
 
 
-def _run_each(
+def _run_one(
+    run: Run,
+    count: int,
     targets: Sequence[str],
-    runs: Sequence[Run],
     out: Path,
     extra: Sequence[str],
-    log: Any,
-    warm_env: Mapping[str, str],
-) -> list[RunOutcome]:
-    outcomes = []
-    for run in runs:
-        run_out = out / f"run-{run.index}"
-        run_out.mkdir(parents=True, exist_ok=True)
-        command = run.command(targets, run_out, extra)
-        seed = f", seed {run.seed}" if run.seed is not None else ", file order"
-        print(
-            f"=== flake hunt: run {run.index} of {len(runs)}: {run.kind.name}{seed} ===", file=log
+    env: Mapping[str, str],
+    log: TextIO | None,
+) -> RunOutcome:
+    log = log or sys.stdout
+    run_out = out / f"run-{run.index}"
+    shutil.rmtree(run_out, ignore_errors=True)  # nothing of an earlier hunt is read as this run's
+    run_out.mkdir(parents=True)
+    seed = f", seed {run.seed}" if run.seed is not None else ", file order"
+    print(f"=== flake hunt: run {run.index} of {count}: {run.kind.name}{seed} ===", file=log)
+    log.flush()
+    started = time.monotonic()
+    with (run_out / "main-job.log").open("w") as output:
+        process = subprocess.Popen(
+            run.command(targets, run_out, extra),
+            cwd=ROOT,
+            env=run.process_environment(env),
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
-        log.flush()
-        started = time.monotonic()
-        with (run_out / "main-job.log").open("w") as output:
-            status = subprocess.call(
-                command,
-                cwd=ROOT,
-                env=run.process_environment({**os.environ, **warm_env}),
-                stdout=output,
-                stderr=subprocess.STDOUT,
-            )
-        wall = time.monotonic() - started
-        checks, problems = read_run(run, run_out, targets)
-        if status == 2:
-            problems.append(f"the main job did not complete (exit 2; {run_out / 'main-job.log'})")
-        outcomes.append(
-            RunOutcome(run, status, wall, run.replay(targets, run_out, extra), checks, problems)
-        )
-        print(f"    exit {status} in {wall:.0f} s" + "".join(f"; {p}" for p in problems), file=log)
-    return outcomes
+        try:
+            status = process.wait()
+        except BaseException:  # Ctrl-C or SIGTERM: the main job stops its targets, reports
+            _stop(process)
+            raise
+    wall = time.monotonic() - started
+    checks, problems = read_run(run_out, targets)
+    if status not in (0, 1):
+        problems.append(f"the main job did not complete (exit {status}; see main-job.log)")
+    text = (run_out / "main-job.log").read_text(errors="replace")
+    servers = [line for line in text.splitlines() if line.startswith("=== fork servers:")]
+    replay = run.replay(targets, out / f"replay-{run.index}", extra, env)
+    print(f"    exit {status} in {wall:.0f} s" + "".join(f"; {p}" for p in problems), file=log)
+    return RunOutcome(run, status, wall, replay, checks, problems, servers)
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    """SIGTERM to the main job's process group, SIGKILL if it has not ended in a minute."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGTERM)
+    try:
+        process.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
 
 
 def hunt_report(
-    seed: int, targets: Sequence[str], outcomes: Sequence[RunOutcome], command: str
+    seed: int,
+    targets: Sequence[str],
+    outcomes: Sequence[RunOutcome],
+    command: str,
+    warm_servers: Path | None = None,
 ) -> dict[str, Any]:
+    """The hunt's report (``flakes.json``): its runs, what was compared, what changed."""
     unstable = unstable_checks(outcomes)
     return {
         "command": command,
         "seed": seed,
         "targets": list(targets),
+        "warm_servers": str(warm_servers) if warm_servers else None,
         "runs": [
             {
                 "index": o.run.index,
                 "kind": o.run.kind.name,
                 "about": o.run.kind.about,
                 "settings": {**asdict(o.run.kind), "seed": o.run.seed},
-                "thread_counts": o.run.thread_counts() or "the main job's share of the cores",
+                # none: the main job's own share of the cores, changing as its processes end
+                "thread_counts": o.run.thread_counts(),
                 "exit_status": o.exit_status,
                 "wall_s": round(o.wall_s, 1),
                 "checks": {t: len(c) for t, c in o.checks.items()},
                 "problems": o.problems,
+                "fork_servers": o.fork_servers,
                 "replay": o.replay,
             }
             for o in outcomes
@@ -384,8 +452,7 @@ def render_markdown(report: Mapping[str, Any]) -> str:
         "|---|---|---|---|---|---|---|---|",
     ]
     for r in report["runs"]:
-        threads = r["thread_counts"]
-        threads = ", ".join(map(str, threads)) if isinstance(threads, list) else threads
+        threads = ", ".join(map(str, r["thread_counts"])) or "the main job's share"
         checks = ", ".join(f"{t} {n}" for t, n in r["checks"].items())
         seed = r["settings"]["seed"] if r["settings"]["seed"] is not None else "file order"
         lines.append(
@@ -395,6 +462,7 @@ def render_markdown(report: Mapping[str, Any]) -> str:
     lines += ["", "What each run varies:", ""]
     for r in report["runs"]:
         lines.append(f"- run {r['index']} ({r['kind']}): {r['about']}. Again: `{r['replay']}`")
+        lines += [f"  - {line.strip('= ')}" for line in r["fork_servers"]]
     compared = ", ".join(f"{t} {n}" for t, n in report["compared"].items())
     missing = ", ".join(f"{t} {n}" for t, n in report["not_in_every_run"].items())
     lines += ["", f"Checks compared: {compared}; not reported by every run: {missing}.", ""]
@@ -426,7 +494,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         dest="targets",
         help="a target to hunt on (repeatable; default: every available target)",
     )
-    parser.add_argument("--runs", type=int, default=DEFAULT_RUNS, help="runs (default: 5)")
+    parser.add_argument(
+        "--runs", type=int, default=DEFAULT_RUNS, help=f"runs (default: {DEFAULT_RUNS})"
+    )
     parser.add_argument(
         "--seed", type=int, default=None, help="the hunt's seed (default: a fresh one)"
     )
@@ -436,26 +506,38 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as e:
         return 0 if e.code == 0 else 2
     if args.runs < 2:
-        print(f"nemotron-vl-flakes: error: --runs: expected at least 2, got {args.runs}")
+        print(
+            f"nemotron-vl-flakes: error: --runs: expected at least 2, got {args.runs}",
+            file=sys.stderr,
+        )
         return 2
-    seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1, 2**31)
     targets = args.targets or available_targets()
+    for target in targets:
+        try:
+            resolve_target(target)
+        except TargetLoadError as e:
+            print(f"nemotron-vl-flakes: error: {e}", file=sys.stderr)
+            return 2
+    seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1, 2**31)
     out = args.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
     runs = plan_runs(args.runs, seed, os.cpu_count() or 1)
-    outcomes = run_hunt(targets, runs, out, extra)
+    # SIGTERM (a CI job cancelled) unwinds as Ctrl-C does: the running main job is stopped
+    # and the warm servers are retired.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+    outcomes, warm = run_hunt(targets, runs, out, extra)
     command = "nemotron-vl-flakes " + shlex.join(
         [*(f"--target={t}" for t in targets), f"--runs={args.runs}", f"--seed={seed}"]
         + (["--", *extra] if extra else [])
     )
-    report = hunt_report(seed, targets, outcomes, command)
+    report = hunt_report(seed, targets, outcomes, command, warm)
     replace_text(out / "flakes.json", json.dumps(report, indent=1) + "\n")
     replace_text(out / "flakes.md", render_markdown(report))
     print(render_markdown(report))
     print(f"flake hunt report: {out / 'flakes.md'} and flakes.json")
-    if report["unstable"]:
-        return 1
-    return 2 if any(o.problems for o in outcomes) else 0
+    if any(o.problems for o in outcomes):
+        return 2  # as the main job's: an incomplete run comes first (its unstable checks listed)
+    return 1 if report["unstable"] else 0
 
 
 if __name__ == "__main__":

@@ -5,7 +5,6 @@ thread count (made so by a plugin loaded into its main jobs) and nothing else.""
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import pytest
@@ -18,9 +17,11 @@ from harness.jobs.flakes import (
     main,
     not_in_every_run,
     plan_runs,
+    processes_naming,
     render_markdown,
     unstable_checks,
 )
+from harness.jobs.forkserver import SHARED_SERVERS_ENV
 from suites.harness.thread_dependent_plugin import THREAD_DEPENDENT
 
 
@@ -69,12 +70,19 @@ def test_a_run_passes_its_settings_to_the_main_job(tmp_path):
         THREAD_VARIABLES, "4"
     )
     assert one.environment()["NEMOTRON_VL_ORACLE_CACHE"] == "off"
-    # The user's run shares the cores as the main job does, whatever the caller set.
-    env = share.process_environment({"OMP_NUM_THREADS": "1", "PATH": "/bin"})
-    assert not set(THREAD_VARIABLES) & set(env)
+    # The user's run shares the cores as the main job does, whatever the caller set; no run
+    # forks from a test run's shared servers in place of its own.
+    base = {"OMP_NUM_THREADS": "1", "PATH": "/bin", SHARED_SERVERS_ENV: "/tmp/servers"}
+    env = share.process_environment(base)
+    assert not (set(THREAD_VARIABLES) | {SHARED_SERVERS_ENV}) & set(env)
     assert env["PATH"] == "/bin"
+    assert SHARED_SERVERS_ENV not in one.process_environment(base)
     assert "--" not in share.command(["reference"], tmp_path, [])
-    assert share.replay(["reference"], tmp_path, []).startswith("env -u OMP_NUM_THREADS")
+    # A replay sets what the run set and what steered the hunt's checks, nothing else.
+    replay = share.replay(["reference"], tmp_path, [], {"PYTHONHASHSEED": "0", "HOME": "/r"})
+    assert replay.startswith("env -u OMP_NUM_THREADS")
+    assert "PYTHONHASHSEED=0" in replay
+    assert "HOME" not in replay
 
 
 def _outcome(index: int, checks: dict[str, tuple[str, str]]) -> RunOutcome:
@@ -99,10 +107,13 @@ def test_a_check_with_two_outcomes_is_unstable_and_a_missing_one_is_counted():
     assert unstable_checks(runs[2:]) == [], "one run: nothing to compare"
 
 
-def test_too_few_runs_are_refused_naming_the_option(tmp_path, capsys):
+def test_too_few_runs_or_an_unknown_target_are_refused_naming_the_option(tmp_path, capsys):
     assert main(["--runs", "1", "--out", str(tmp_path)]) == 2
-    assert "--runs: expected at least 2, got 1" in capsys.readouterr().out
+    assert "--runs: expected at least 2, got 1" in capsys.readouterr().err
     assert main(["--runs", "x"]) == 2
+    assert main(["--target", "refrence", "--out", str(tmp_path)]) == 2
+    assert "--target: expected one of reference, vllm" in capsys.readouterr().err
+    assert not list(tmp_path.iterdir()), "nothing run"
 
 
 @pytest.mark.slow
@@ -126,22 +137,8 @@ def test_a_hunt_finds_the_check_whose_outcome_depends_on_the_thread_count(tmp_pa
     assert THREAD_DEPENDENT in (tmp_path / "flakes.md").read_text()
     assert "--randomly-seed=" in report["runs"][2]["replay"]
     assert "--keep-warm" in report["runs"][2]["replay"]
-    # The warm servers run 3 kept are retired with the hunt: none outlives it for long.
-    deadline = time.monotonic() + 30
-    while (left := warm_servers_running()) and time.monotonic() < deadline:
-        time.sleep(0.5)
-    assert not left, f"the hunt's warm servers still run: {left}"
-
-
-def warm_servers_running() -> list[int]:
-    """The processes whose command names a folder of the hunt's warm servers."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                command = (entry / "cmdline").read_bytes()
-            except OSError:
-                continue
-            if b"nvl-flakes-warm-" in command:
-                found.append(int(entry.name))
-    return found
+    # Run 3 kept a warm server of its own (not the test run's shared ones), and the hunt
+    # retired it at its end: it no longer runs, its folder is gone.
+    assert any("a warm server started" in line for line in report["runs"][2]["fork_servers"])
+    assert not processes_naming(report["warm_servers"])
+    assert not Path(report["warm_servers"]).exists()
