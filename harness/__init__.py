@@ -25,6 +25,8 @@ layers of ``[tool.importlinter]`` in ``pyproject.toml``, checked by ``lint-impor
 - ``environment``: the process environment every run needs.
 - ``toml_tables``: the reader of the TOML fixtures (known deviations, unreached lines, config
   fields' reasons).
+- ``numerics``: what a result's bits depend on besides its inputs (torch's thread count): the key
+  of results kept for a later bit-exact comparison.
 
 Every command is a console script (``[project.scripts]`` in ``pyproject.toml``), so commands do not
 depend on module paths.
