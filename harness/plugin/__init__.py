@@ -11,7 +11,8 @@ One module per concern, as pytest's own plugins are organised:
 - ``checkpoints``: one set of checkpoint folders for the run and the processes it starts;
 - ``groups``: ``--check-group K/N``, one process's share of a target's checks (whole modules);
 - ``cores``: ``--core-share-file PATH``, torch's threads following the main job's share of the
-  cores as its processes end;
+  cores as its processes end; ``--thread-schedule N,M,...``, a count per check in turn (the
+  flake hunt's);
 - ``builds``: every model the vLLM target builds, under a measurement's wrapper (a build's work
   credited to every check that used it);
 - ``config_reads``: ``--record-config-reads PATH``, which config fields the model's vLLM files
