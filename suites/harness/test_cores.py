@@ -86,6 +86,23 @@ def test_a_thread_count_the_caller_set_stands(no_thread_variables, monkeypatch):
         assert os.environ["OMP_NUM_THREADS"] == "3"
 
 
+def _pytest_with_cores_plugin(tmp_path, *options: str) -> subprocess.CompletedProcess[str]:
+    """``pytest test_threads.py`` in ``tmp_path`` with the cores plugin and ``options``, in file
+    order (outside the repository no pyproject turns pytest-randomly off)."""
+    env = one_thread_env()
+    env["PYTHONPATH"] = str(ROOT)
+    plugins = ["-p", "harness.plugin.cores", "-p", "no:cacheprovider", "-p", "no:randomly"]
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", *plugins, *options, "-q", "test_threads.py"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+    )
+
+
 def test_a_process_threads_follow_the_share_between_checks(tmp_path):
     share = tmp_path / "share"
     share.write_text("1\n")
@@ -114,47 +131,9 @@ def test_a_process_threads_follow_the_share_between_checks(tmp_path):
             """
         )
     )
-    env = one_thread_env()
-    env["PYTHONPATH"] = str(ROOT)
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-p",
-            "harness.plugin.cores",
-            "-p",
-            "no:cacheprovider",
-            "-p",
-            "no:randomly",  # in file order: outside the repository, no pyproject turns it off
-            f"--core-share-file={share}",
-            "-q",
-            "test_threads.py",
-        ],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=300,
-    )
+    proc = _pytest_with_cores_plugin(tmp_path, f"--core-share-file={share}")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "3 passed" in proc.stdout
-
-
-def _pytest_with_cores_plugin(tmp_path, *options: str) -> subprocess.CompletedProcess[str]:
-    env = one_thread_env()
-    env["PYTHONPATH"] = str(ROOT)
-    plugins = ["-p", "harness.plugin.cores", "-p", "no:cacheprovider", "-p", "no:randomly"]
-    return subprocess.run(
-        [sys.executable, "-m", "pytest", *plugins, *options, "-q", "test_threads.py"],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=300,
-    )
 
 
 def test_a_schedule_sets_each_checks_thread_count_in_turn(tmp_path):
