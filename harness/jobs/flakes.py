@@ -24,7 +24,6 @@ the checks that changed are listed all the same).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import random
@@ -46,6 +45,7 @@ from harness.jobs.cores import THREAD_VARIABLES
 from harness.jobs.forkserver import SHARED_SERVERS_ENV
 from harness.jobs.kept import steering_environment
 from harness.jobs.results import ResultsError, read_results, replace_text
+from harness.jobs.supervisor import kill_group
 from harness.jobs.warm import WARM_SERVERS_ENV, retire_all
 from harness.targets import TargetLoadError, resolve_target
 
@@ -60,7 +60,8 @@ WARM_EXIT_WAIT_S = 30
 
 @dataclass(frozen=True)
 class RunKind:
-    """How one run of the hunt schedules the checks."""
+    """How one run of the hunt schedules the checks; the defaults are the hunt's usual run
+    (each kind states how it departs from them)."""
 
     name: str
     #: what the run varies, for the report
@@ -70,13 +71,13 @@ class RunKind:
     #: every check, :mod:`harness.plugin.cores`)
     threads: str
     #: the checks in a seeded random order (pytest-randomly), or in file order
-    shuffled: bool
+    shuffled: bool = True
     #: processes of whole modules side by side per target (``--groups``; 0: the main job's own
     #: choice); targets side by side (``--jobs``; 0: the main job's own choice)
-    groups: int
-    jobs: int
-    fork_server: bool
-    oracle_cache: bool
+    groups: int = 1
+    jobs: int = 1
+    fork_server: bool = True
+    oracle_cache: bool = True
     #: the run's fork servers kept warm for the later runs (``--keep-warm``), which fork from
     #: them while they are current
     keep_warm: bool = False
@@ -92,16 +93,11 @@ RUN_KINDS: tuple[RunKind, ...] = (
         shuffled=False,
         groups=0,
         jobs=0,
-        fork_server=True,
-        oracle_cache=True,
     ),
     RunKind(
         "one thread",
         "one process per target, one thread, new Pythons, the oracle computed afresh",
         "one",
-        shuffled=True,
-        groups=1,
-        jobs=1,
         fork_server=False,
         oracle_cache=False,
     ),
@@ -110,20 +106,12 @@ RUN_KINDS: tuple[RunKind, ...] = (
         "one process per target, a thread per core, the oracle's answers from its cache, its "
         "fork servers kept warm for the later runs",
         "all",
-        shuffled=True,
-        groups=1,
-        jobs=1,
-        fork_server=True,
-        oracle_cache=True,
         keep_warm=True,
     ),
     RunKind(
         "threads change every check",
         "one process per target, the thread count changed before every check",
         "all,one",
-        shuffled=True,
-        groups=1,
-        jobs=1,
         fork_server=False,
         oracle_cache=False,
     ),
@@ -132,11 +120,7 @@ RUN_KINDS: tuple[RunKind, ...] = (
         "two processes of whole modules per target side by side, forked from the warm servers "
         "an earlier run kept, the thread count changed before every check",
         "one,all",
-        shuffled=True,
         groups=2,
-        jobs=1,
-        fork_server=True,
-        oracle_cache=True,
     ),
 )
 
@@ -365,7 +349,7 @@ def _run_one(
         try:
             status = process.wait()
         except BaseException:  # Ctrl-C or SIGTERM: the main job stops its targets, reports
-            _stop(process)
+            kill_group(process, signal.SIGTERM)
             raise
     wall = time.monotonic() - started
     checks, problems = read_run(run_out, targets)
@@ -376,18 +360,6 @@ def _run_one(
     replay = run.replay(targets, out / f"replay-{run.index}", extra, env)
     print(f"    exit {status} in {wall:.0f} s" + "".join(f"; {p}" for p in problems), file=log)
     return RunOutcome(run, status, wall, replay, checks, problems, servers)
-
-
-def _stop(process: subprocess.Popen[bytes]) -> None:
-    """SIGTERM to the main job's process group, SIGKILL if it has not ended in a minute."""
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(process.pid, signal.SIGTERM)
-    try:
-        process.wait(timeout=60)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)
-        process.wait()
 
 
 def hunt_report(

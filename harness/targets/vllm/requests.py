@@ -150,14 +150,14 @@ class VllmRequestPath:
         # with a fresh processing's (suites/conformance/test_requests.py), and an audio clip's
         # log-mel features come from products whose rounding may follow the thread count.
         self._caches: dict[Numerics, Any] = {}
-        self._cache_class = MultiModalProcessorOnlyCache
+        self._new_cache = functools.partial(MultiModalProcessorOnlyCache, model_config)
 
     @property
     def cache(self) -> Any:
         """vLLM's processor cache for the numerics in force (:mod:`harness.numerics`)."""
         numerics = current_numerics()
         if numerics not in self._caches:
-            self._caches[numerics] = self._cache_class(self.vllm_config.model_config)
+            self._caches[numerics] = self._new_cache()
         return self._caches[numerics]
 
     def multi_modal_data(self, request: Request) -> dict[str, object]:
