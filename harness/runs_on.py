@@ -11,9 +11,12 @@ REAL_MODEL = "real model"
 LORA_MANAGER = "LoRA manager"
 REAL_PROCESSING_INFO = "real processing info"
 FUNCTIONS = "classes and functions"
+ENGINE = "engine"
 
 #: Each category with what it means, in the report's order.
 RUNS_ON = {
+    ENGINE: "a user's request through the target's whole engine (vLLM's LLM, its engine core in a "
+    "process of its own): processor, scheduler, caches, model runner and language model",
     REQUEST_PATH: "a user's request through the target's engine: its processor, batching and "
     "a real model",
     REAL_MODEL: "built by the target's own constructor, loaded by its loader from the "

@@ -21,7 +21,9 @@
 - ``speed``: how long a user waits for the main job and the gate (``nemotron-vl-speed``);
 - ``flakes``: the flake hunt, main jobs under varied threads, orders and groupings, and every
   check whose outcome changed (``nemotron-vl-flakes``);
-- ``calibrate``: the parity bounds from measured error (``nemotron-vl-calibrate``).
+- ``calibrate``: the parity bounds from measured error (``nemotron-vl-calibrate``);
+  ``calibrate_engine``: the engine's log-probability bounds (``nemotron-vl-calibrate-engine``);
+- ``runtimes``: where each target's checks run (which Python, which suite, which fork server).
 
 May import: ``oracles`` (the calibration measures as the checks do), ``targets`` (the
 categories of a check's outcome), ``inputs``, ``checkpoints`` (the shared folders),

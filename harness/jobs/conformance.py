@@ -52,7 +52,7 @@ from xml.etree import ElementTree
 from harness import ROOT
 from harness.checkpoints.cache import shared_folders
 from harness.jobs.cores import CoreShare, cores_shared
-from harness.jobs.forkserver import ForkServer, kind_of
+from harness.jobs.forkserver import ForkServer
 from harness.jobs.kept import KeptOutcomes, imports_path, options_key, read_imports
 from harness.jobs.report import TargetRun, build_report, exit_status, verdict, write_report
 from harness.jobs.results import (
@@ -61,6 +61,12 @@ from harness.jobs.results import (
     merge_groups,
     read_results,
     write_results,
+)
+from harness.jobs.runtimes import (
+    ENGINE_TARGET,
+    RuntimeMissing,
+    engine_python,
+    runtime_of,
 )
 from harness.jobs.supervisor import (
     DEFAULT_CHECK_TIMEOUT_S,
@@ -75,8 +81,6 @@ from harness.jobs.supervisor import (
 )
 from harness.jobs.warm import DEFAULT_KEEP_WARM_MIN, job_fork_servers, retire_all
 
-SUITE = "suites/conformance"
-
 
 def available_targets() -> list[str]:
     targets = ["reference"]
@@ -85,6 +89,8 @@ def available_targets() -> list[str]:
         targets.append("vllm")
     except metadata.PackageNotFoundError:
         pass
+    if engine_python() is not None:
+        targets.append(ENGINE_TARGET)
     return targets
 
 
@@ -188,6 +194,7 @@ def _run_group(
     """One supervised pytest process (and its restarts) for a target, or for one group of its
     checks; its cores handed to the others when it ends (``cores``)."""
     name = process_name(selector, group)
+    runtime = runtime_of(selector)
     results_path = out_dir / f"results-{name}.json"
     progress_path = out_dir / f".progress-{name}"
     results_path.unlink(missing_ok=True)
@@ -196,10 +203,10 @@ def _run_group(
         # A resumed process writes its own JUnit file: the first one's is kept whole.
         junit = out_dir / f"junit-{name}{'-resumed' if resume else ''}.xml"
         return [
-            sys.executable,
+            runtime.python,
             "-m",
             "pytest",
-            SUITE,
+            runtime.suite,
             f"--target={selector}",
             f"--device={device}",
             f"--results-json={results_path}",
@@ -432,6 +439,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"nemotron-vl-conformance: error: {message}", file=sys.stderr)
         return 2
     targets = args.targets or available_targets()
+    for selector in targets:
+        try:
+            runtime_of(selector)
+        except RuntimeMissing as e:
+            print(f"nemotron-vl-conformance: error: --target: {e}", file=sys.stderr)
+            return 2
     unknown = [t for t in args.rerun or [] if t not in targets]
     if unknown:
         print(
@@ -450,7 +463,10 @@ def main(argv: list[str] | None = None) -> int:
     # A target run again (--rerun) still has its clean run kept, for the next main job.
     kept = KeptOutcomes.from_environment()
     rerun = set(targets) if args.rerun == [] else set(args.rerun or [])
-    options = {t: options_key(t, args.device, extra, limits) for t in targets}
+    options = {
+        t: {**options_key(t, args.device, extra, limits), "python": runtime_of(t).python}
+        for t in targets
+    }
     reused = {
         t: r for t in targets if t not in rerun and (r := reuse_kept(kept, t, options[t], out_dir))
     }
@@ -462,7 +478,8 @@ def main(argv: list[str] | None = None) -> int:
     # and are forked from a server that imported torch (and vLLM) once.
     # Not on CUDA: forking a process that may have touched the device is not supported there.
     forked = args.fork_server and args.device == "cpu"
-    kinds = [kind_of(t) for t in to_run] if forked else []
+    fork_kinds = {t: runtime_of(t).fork_kind for t in targets}
+    kinds = [k for t in to_run if (k := fork_kinds[t]) is not None] if forked else []
     keep_warm = args.keep_warm
     if keep_warm == 0:
         for line in retire_all() or ["no warm server to retire"]:
@@ -494,7 +511,7 @@ def main(argv: list[str] | None = None) -> int:
                 label,
                 groups,
                 cores=cores_share,
-                fork_server=servers.get(kind_of(selector)),
+                fork_server=servers.get(fork_kinds[selector] or ""),
             )
             if not interrupt:
                 keep_clean_run(kept, options[selector], done, out_dir, groups)

@@ -11,7 +11,11 @@
 - ``rows``: a target's run of a request against the reference's, item by item, judged by them;
 - ``features``: what a processor hands each tower against the reference's, item by item;
 - ``cache``: the reference as the oracle of a run, its answers about requests kept on disk for
-  later runs (keyed by its code, the variant, the serving options and the request).
+  later runs (keyed by its code, the variant, the serving options and the request);
+- ``language_model``: the reference's language model as an engine's oracle (log-probabilities
+  of prompts and continuations, fp32, LoRA adapters applied);
+- ``engine_bounds``: the bounds on an engine's log-probabilities, from measured error;
+- ``decoding``: greedy decoding against the reference, tie-aware, and two answers compared.
 
 May import: ``targets`` (vLLM's CPU runtime), ``inputs``, ``checkpoints``.
 """

@@ -2,10 +2,12 @@
 
 ``base`` holds the interface every target implements (its named methods, the template methods
 that measure every target the same way, and the categories of a check's outcome);
-``reference`` and ``vllm`` the targets, one subpackage each.
+``reference``, ``vllm`` and ``engine`` the targets, one subpackage each.
 
 - ``reference``: our wrapper in ``reference_impl/``.
 - ``vllm``: the installed vLLM's ``NemotronH_Nano_VL_V2``.
+- ``vllm-engine``: vLLM's whole engine (``vllm.LLM``) on the CPU build of vLLM, in an
+  environment of its own, against the reference's language model.
 - ``vllm-file:PATH[,PATH...]``: model files from any vLLM revision or pull request, loaded in place
   of the installed modules.
 - ``reference-mutant:NAME``: the reference with one upstream bug class put back (the harness's
@@ -31,7 +33,13 @@ from harness.targets.base import (
     TargetUnavailable,
 )
 
-TARGET_CHOICES = ("reference", "vllm", "vllm-file:PATH[,PATH...]", "reference-mutant:NAME")
+TARGET_CHOICES = (
+    "reference",
+    "vllm",
+    "vllm-engine",
+    "vllm-file:PATH[,PATH...]",
+    "reference-mutant:NAME",
+)
 
 
 def resolve_target(value: str) -> Target:
@@ -44,6 +52,10 @@ def resolve_target(value: str) -> Target:
         from harness.targets.vllm import VllmTarget
 
         return VllmTarget()
+    if value == "vllm-engine":
+        from harness.targets.engine import EngineTarget
+
+        return EngineTarget()
     if value.startswith("reference-mutant:"):
         from harness.targets.reference.mutant import ReferenceMutantTarget
 

@@ -147,9 +147,10 @@ def loaded(serving: ServingConfig, request: Request) -> Request:
     return dataclasses.replace(request, videos=videos)
 
 
-def _processed(
+def processed(
     model: NanoNemotronVLModel, request: Request, serving: ServingConfig
 ) -> ProcessorOutput:
+    """The request through the reference processor as the engine admits and loads it."""
     admit(serving, request)
     request = loaded(serving, request)
     request = at_the_model_rate(model, request)
@@ -186,16 +187,16 @@ def prompt(
     model: NanoNemotronVLModel, request: Request, serving: ServingConfig = DEFAULT_SERVING
 ) -> ProcessedRequest:
     """The request through the reference processor alone."""
-    processed = _processed(model, request, serving)
-    return ProcessedRequest(processed.input_ids, _items(processed))
+    output = processed(model, request, serving)
+    return ProcessedRequest(output.input_ids, _items(output))
 
 
 def run(
     model: NanoNemotronVLModel, request: Request, serving: ServingConfig = DEFAULT_SERVING
 ) -> RequestResult:
     """The request through the reference processor and model."""
-    processed = _processed(model, request, serving)
-    admit_prompt(model, processed)
+    output = processed(model, request, serving)
+    admit_prompt(model, output)
     dtype = next(model.connector.parameters()).dtype
     embedded: dict[tuple[str, int], torch.Tensor] = {}
     batches: list[Batch] = []
@@ -204,7 +205,7 @@ def run(
             # The processor's floating features in the model's dtype, as an engine casts them.
             kwargs = {
                 k: _cast(v, dtype) if k in PROCESSOR_FLOAT_KEYS else v
-                for k, v in processed.mm_kwargs.items()
+                for k, v in output.mm_kwargs.items()
                 if k in keys
             }
             if not kwargs:
@@ -214,9 +215,9 @@ def run(
             ]
             batches.append(Batch.of(modality, len(outputs), kwargs))
             embedded.update(((modality, i), out) for i, out in enumerate(outputs))
-    items = _items(processed)
+    items = _items(output)
     embeddings = [embedded[(item.modality, item.index)] for item in items]
-    return RequestResult(processed.input_ids, items, embeddings, batches)
+    return RequestResult(output.input_ids, items, embeddings, batches)
 
 
 def _cast(value: object, dtype: torch.dtype) -> object:
@@ -240,8 +241,8 @@ def features(
     model: NanoNemotronVLModel, request: Request, serving: ServingConfig = DEFAULT_SERVING
 ) -> list[ItemFeatures]:
     """The reference processor's features of each media item, in prompt order."""
-    processed = _processed(model, request, serving)
-    kwargs = processed.mm_kwargs
+    output = processed(model, request, serving)
+    kwargs = output.mm_kwargs
     per_item: dict[tuple[str, int], dict[str, torch.Tensor]] = {}
     for modality, (keys, count_key) in _ITEM_FEATURES.items():
         for key in keys:
@@ -259,6 +260,6 @@ def features(
                 per_item.setdefault((modality, index), {})[key] = part
     return [
         ItemFeatures(item.modality, item.index, per_item[(item.modality, item.index)])
-        for item in _items(processed)
+        for item in _items(output)
         if (item.modality, item.index) in per_item
     ]

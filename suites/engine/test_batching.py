@@ -1,0 +1,83 @@
+"""Batching and preemption: a request inside a batch of mixed requests answers as it does alone,
+and so does every request of a batch whose KV cache is too small to hold them all at once (the
+scheduler preempts and recomputes). Both sides are the same engine's: the check compares it
+with itself within the measured ``batched-vs-alone`` bound, and the preempted batch within
+``chunked-vs-whole`` (a preempted request's prefill is computed again, split anew)."""
+
+from __future__ import annotations
+
+import pytest
+
+from harness.inputs.requests import Request
+from harness.oracles.decoding import compare_answers
+from harness.oracles.engine_bounds import engine_bound
+from harness.targets.engine import (
+    DEFAULT_OPTIONS,
+    ENGINE_SPEC,
+    EngineOptions,
+    EngineOutput,
+    engine_prompt,
+)
+from suites.engine.conftest import SAMPLING, SCHEDULED, Served, form_request
+
+pytestmark = pytest.mark.concern("engine")
+
+#: The batch: text, images, a video, audio and all of them mixed.
+BATCH = ("text", "images-pil", "video-t1", "audios", "mixed", "text")
+#: Four texts of about 250 tokens (this tokenizer spells most words letter by letter), each its
+#: own: two 128-token blocks each, a third as its decoding crosses 256, more than the scheduling
+#: engine's 4.5 blocks hold at once.
+LONG_TEXTS = tuple(
+    Request(" ".join(f"{word}{k}" for k in range(40)) + ".")
+    for word in ("rain", "hill", "moss", "reed")
+)
+
+
+def _check_batch(
+    served: Served,
+    options: EngineOptions,
+    comparison: str,
+    extra: tuple[Request, ...],
+    record_property: pytest.RecordProperty,
+) -> list[EngineOutput]:
+    engine = served.target.engine(ENGINE_SPEC, options)
+    requests = [form_request(form)[1] for form in BATCH] + list(extra)
+    names = list(BATCH) + [f"long text {k}" for k in range(len(extra))]
+    alone = [served.answer(form, options) for form in BATCH]
+    alone += [engine.generate([engine_prompt(r)], SAMPLING)[0] for r in extra]
+    answers = engine.generate([engine_prompt(r) for r in requests], SAMPLING)
+    bound = engine_bound(comparison).value
+    largest = 0.0
+    problems = []
+    for name, one, answer in zip(names, alone, answers, strict=True):
+        difference, found = compare_answers(one, answer, bound)
+        largest = max(largest, difference)
+        problems += [f"{name}: {p}" for p in found]
+    record_property(
+        "measured",
+        {
+            "largest_logprob_difference": largest,
+            "bound": bound,
+            "preemptions": sum(a.preemptions for a in answers),
+        },
+    )
+    assert not problems, "inside the batch: " + "; ".join(problems)
+    return answers
+
+
+@pytest.mark.self_consistency("each request inside a mixed batch against the same alone")
+def test_a_request_in_a_mixed_batch_answers_as_alone(
+    served: Served, record_property: pytest.RecordProperty
+) -> None:
+    _check_batch(served, DEFAULT_OPTIONS, "batched-vs-alone", (), record_property)
+
+
+@pytest.mark.self_consistency("each request of a preempted batch against the same alone")
+def test_requests_preempted_for_a_small_kv_cache_answer_as_alone(
+    served: Served, record_property: pytest.RecordProperty
+) -> None:
+    answers = _check_batch(served, SCHEDULED, "chunked-vs-whole", LONG_TEXTS, record_property)
+    preempted = sum(a.preemptions for a in answers)
+    assert preempted > 0, (
+        "the batch ran without a preemption: the KV cache is not small enough to test one"
+    )

@@ -1,0 +1,108 @@
+"""The language model's forward as the engine serves it: every prompt token's log-probability
+against the fp32 reference's, for text and every request form of the catalogue, and greedy
+decoding against the reference's choices (tie-aware: :mod:`harness.oracles.decoding`).
+
+Bounds: :mod:`harness.oracles.engine_bounds`, calibrated by ``nemotron-vl-calibrate-engine``.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from harness.oracles.decoding import greedy_agreement
+from harness.oracles.engine_bounds import engine_bound
+from suites.engine.conftest import Served
+
+pytestmark = pytest.mark.concern("engine")
+
+#: Each form on the default variant and the path whose bound its log-probabilities take (a form
+#: with several paths takes the widest of its paths'; given embeddings are the text path's).
+FORMS: dict[str, tuple[str, ...]] = {
+    "text": ("text",),
+    "images-pil": ("image-static",),
+    "video-t1": ("video-t1",),
+    "audios": ("audio-hop-160",),
+    "mixed": ("image-static", "video-t1", "audio-hop-160"),
+    "video-audio-in-video": ("video-t1", "audio-in-video"),
+    "image-embeds-stacked": ("text",),
+    "video-embeds-list": ("text",),
+}
+
+
+def logprob_bound(paths: tuple[str, ...]) -> float:
+    return max(engine_bound(f"reference | {path}").value for path in paths)
+
+
+def check_prompt_logprobs(
+    served: Served, form: str, paths: tuple[str, ...], record_property: pytest.RecordProperty
+) -> None:
+    answer = served.answer(form)
+    reference = served.reference(form, answer.tokens)
+    positions, problem = reference.prompt_differences(answer.prompt_token_ids)
+    assert problem is None, f"{form}: {problem}"
+    missing = [
+        i for i in range(1, len(answer.prompt_logprobs)) if answer.prompt_logprobs[i] is None
+    ]
+    assert not missing, (
+        f"{form}: the engine gave no log-probability for {len(missing)} prompt tokens, first "
+        f"at {missing[0]} (every token after the first has one)"
+    )
+    errors = {
+        i: abs(answer.prompt_logprobs[i] - reference.prompt_logprobs[i])  # type: ignore[operator]
+        for i in positions
+    }
+    bound = logprob_bound(paths)
+    worst = max(errors, key=errors.__getitem__)
+    record_property(
+        "measured",
+        {
+            "largest_logprob_error": errors[worst],
+            "at_position": worst,
+            "positions_compared": len(errors),
+            "prompt_tokens": len(answer.prompt_token_ids),
+            "bound": bound,
+        },
+    )
+    assert errors[worst] <= bound, (
+        f"{form}: prompt token {worst}'s log-probability is {errors[worst]:.4g} nats from "
+        f"the reference's, above the bound {bound:.4g} ({', '.join(paths)})"
+    )
+
+
+def check_greedy(
+    served: Served, form: str, paths: tuple[str, ...], record_property: pytest.RecordProperty
+) -> None:
+    answer = served.answer(form)
+    reference = served.reference(form, answer.tokens)
+    agreement = greedy_agreement(
+        answer.tokens, reference.greedy, reference.margins, 2 * logprob_bound(paths)
+    )
+    errors = [
+        abs(a - e)
+        for a, e in zip(
+            answer.token_logprobs[: agreement.compared],
+            reference.continuation_logprobs[: agreement.compared],
+            strict=True,
+        )
+    ]
+    largest = max(errors, default=0.0)
+    record_property("measured", {**agreement.measured(), "largest_logprob_error": largest})
+    assert agreement.problem is None, f"{form}: {agreement.problem}"
+    assert largest <= logprob_bound(paths), (
+        f"{form}: a decoded token's log-probability is {largest:.4g} nats from the reference's "
+        f"reading the same tokens, above the bound {logprob_bound(paths):.4g}"
+    )
+
+
+@pytest.mark.parametrize(("form", "paths"), list(FORMS.items()), ids=list(FORMS))
+def test_prompt_logprobs_match_the_reference(
+    served: Served, form: str, paths: tuple[str, ...], record_property: pytest.RecordProperty
+) -> None:
+    check_prompt_logprobs(served, form, paths, record_property)
+
+
+@pytest.mark.parametrize(("form", "paths"), list(FORMS.items()), ids=list(FORMS))
+def test_greedy_decoding_matches_the_reference(
+    served: Served, form: str, paths: tuple[str, ...], record_property: pytest.RecordProperty
+) -> None:
+    check_greedy(served, form, paths, record_property)

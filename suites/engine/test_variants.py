@@ -1,0 +1,26 @@
+"""The forward and greedy decoding on the variants that need an engine of their own: dynamic
+resolution, video at T = 2, EVS (:mod:`suites.engine.test_forward` for what is checked)."""
+
+from __future__ import annotations
+
+import pytest
+
+from suites.engine.conftest import Served
+from suites.engine.test_forward import check_greedy, check_prompt_logprobs
+
+pytestmark = pytest.mark.concern("engine")
+
+#: Grouped by variant, so that each variant's engine serves its forms one after the other.
+FORMS: dict[str, tuple[str, ...]] = {
+    "images-dynamic": ("image-dynamic",),
+    "videos-t2": ("video-t2",),
+    "video-evs-t1": ("video-evs",),
+}
+
+
+@pytest.mark.parametrize(("form", "paths"), list(FORMS.items()), ids=list(FORMS))
+def test_variant_prompt_logprobs_and_greedy_decoding(
+    served: Served, form: str, paths: tuple[str, ...], record_property: pytest.RecordProperty
+) -> None:
+    check_prompt_logprobs(served, form, paths, record_property)
+    check_greedy(served, form, paths, record_property)

