@@ -149,9 +149,24 @@ def fp8_checkpoint(
 # The folder
 
 
+#: The chat template the folder's tokenizer carries, as the published checkpoints carry one:
+#: each message as ``<|im_start|>ROLE`` and its text on the next line, closed by
+#: ``<|im_end|>``; the assistant's turn opened when asked. A message's media parts reach it as
+#: the placeholders vLLM puts in its text (``<image>``, ``<video>``, ``<so_embedding>``).
+CHAT_TEMPLATE = (
+    "{% for message in messages %}"
+    "<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
 def write_tokenizer(folder: Path) -> None:
-    """``tokenizer.json`` and ``tokenizer_config.json`` of the in-code tokenizer."""
-    build_tokenizer_object().save(str(folder / "tokenizer.json"))
+    """``tokenizer.json`` and ``tokenizer_config.json`` (with :data:`CHAT_TEMPLATE`) of the
+    in-code tokenizer, and ``generation_config.json`` with its special tokens, as a published
+    checkpoint ships them."""
+    tokenizer = build_tokenizer_object()
+    tokenizer.save(str(folder / "tokenizer.json"))
     (folder / "tokenizer_config.json").write_text(
         json.dumps(
             {
@@ -160,6 +175,17 @@ def write_tokenizer(folder: Path) -> None:
                 "eos_token": "</s>",
                 "unk_token": "<unk>",
                 "model_max_length": 4096,
+                "chat_template": CHAT_TEMPLATE,
+            },
+            indent=2,
+        )
+    )
+    (folder / "generation_config.json").write_text(
+        json.dumps(
+            {
+                "bos_token_id": tokenizer.token_to_id("<s>"),
+                "eos_token_id": tokenizer.token_to_id("</s>"),
+                "_from_model_config": False,
             },
             indent=2,
         )

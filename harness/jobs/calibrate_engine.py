@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import time
 from collections import defaultdict
@@ -69,6 +70,14 @@ def largest_difference(a: Sequence[float | None], b: Sequence[float | None]) -> 
     """The largest absolute difference over the positions both give."""
     pairs = [(x, y) for x, y in zip(a, b, strict=True) if x is not None and y is not None]
     return max((abs(x - y) for x, y in pairs), default=0.0)
+
+
+def rms_difference(a: Sequence[float | None], b: Sequence[float | None]) -> float:
+    """The differences' root mean square over the positions both give."""
+    pairs = [(x, y) for x, y in zip(a, b, strict=True) if x is not None and y is not None]
+    if not pairs:
+        return 0.0
+    return math.sqrt(sum((x - y) ** 2 for x, y in pairs) / len(pairs))
 
 
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
@@ -146,12 +155,10 @@ def measure(seeds: Sequence[int], draws: int, log: bool = True) -> dict[str, lis
                     positions, problem = ref.prompt_differences(out.prompt_token_ids)
                     if problem:
                         raise SystemExit(f"{variant} {path}: {problem}")
-                    samples[f"reference | {path}"].append(
-                        largest_difference(
-                            [out.prompt_logprobs[i] for i in positions],
-                            [ref.prompt_logprobs[i] for i in positions],
-                        )
-                    )
+                    got = [out.prompt_logprobs[i] for i in positions]
+                    want = [ref.prompt_logprobs[i] for i in positions]
+                    samples[f"reference | {path}"].append(largest_difference(got, want))
+                    samples[f"reference-rms | {path}"].append(rms_difference(got, want))
                     if path == "text":
                         again = engine.generate(
                             [token_prompt(out.prompt_token_ids + out.tokens[:-1])],

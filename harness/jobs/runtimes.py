@@ -18,6 +18,8 @@ from harness import ROOT
 from harness.jobs.forkserver import kind_of
 
 ENGINE_TARGET = "vllm-engine"
+#: The engine target over files under test (``vllm-engine-file:PATH[,PATH...]``).
+ENGINE_FILE_TARGET = "vllm-engine-file:"
 #: The engine environment nox builds.
 ENGINE_ENV = ROOT / ".nox" / "engine"
 #: A variable naming the engine environment's Python instead of :data:`ENGINE_ENV`'s.
@@ -56,7 +58,7 @@ def engine_python() -> Path | None:
 def runtime_of(selector: str) -> TargetRuntime:
     """Where ``selector``'s checks run; :class:`RuntimeMissing` for an engine target without its
     environment."""
-    if selector == ENGINE_TARGET:
+    if selector == ENGINE_TARGET or selector.startswith(ENGINE_FILE_TARGET):
         python = engine_python()
         if python is None:
             raise RuntimeMissing(

@@ -7,7 +7,9 @@ that measure every target the same way, and the categories of a check's outcome)
 - ``reference``: our wrapper in ``reference_impl/``.
 - ``vllm``: the installed vLLM's ``NemotronH_Nano_VL_V2``.
 - ``vllm-engine``: vLLM's whole engine (``vllm.LLM``) on the CPU build of vLLM, in an
-  environment of its own, against the reference's language model.
+  environment of its own, against the reference's language model;
+  ``vllm-engine-file:PATH[,PATH...]`` the same with model files under test, in every process of
+  the engine.
 - ``vllm-file:PATH[,PATH...]``: model files from any vLLM revision or pull request, loaded in place
   of the installed modules.
 - ``reference-mutant:NAME``: the reference with one upstream bug class put back (the harness's
@@ -38,6 +40,7 @@ TARGET_CHOICES = (
     "vllm",
     "vllm-engine",
     "vllm-file:PATH[,PATH...]",
+    "vllm-engine-file:PATH[,PATH...]",
     "reference-mutant:NAME",
 )
 
@@ -56,6 +59,11 @@ def resolve_target(value: str) -> Target:
         from harness.targets.engine import EngineTarget
 
         return EngineTarget()
+    if value.startswith("vllm-engine-file:"):
+        from harness.targets.engine.target import EngineFileTarget
+
+        paths = [Path(p) for p in value.removeprefix("vllm-engine-file:").split(",") if p]
+        return EngineFileTarget(paths)
     if value.startswith("reference-mutant:"):
         from harness.targets.reference.mutant import ReferenceMutantTarget
 

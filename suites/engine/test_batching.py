@@ -24,11 +24,11 @@ pytestmark = pytest.mark.concern("engine")
 
 #: The batch: text, images, a video, audio and all of them mixed.
 BATCH = ("text", "images-pil", "video-t1", "audios", "mixed", "text")
-#: Four texts of about 250 tokens (this tokenizer spells most words letter by letter), each its
-#: own: two 128-token blocks each, a third as its decoding crosses 256, more than the scheduling
-#: engine's 4.5 blocks hold at once.
+#: Four texts of 249 tokens (this tokenizer spells most words letter by letter), each its own:
+#: two 128-token blocks each, a third once decoding crosses 256 tokens, more than the
+#: scheduling engine's 4.5 blocks hold at once.
 LONG_TEXTS = tuple(
-    Request(" ".join(f"{word}{k}" for k in range(40)) + ".")
+    Request(" ".join(f"{word}{k}" for k in range(37)) + ".")
     for word in ("rain", "hill", "moss", "reed")
 )
 

@@ -7,6 +7,8 @@ Bounds: :mod:`harness.oracles.engine_bounds`, calibrated by ``nemotron-vl-calibr
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from harness.oracles.decoding import greedy_agreement
@@ -29,8 +31,10 @@ FORMS: dict[str, tuple[str, ...]] = {
 }
 
 
-def logprob_bound(paths: tuple[str, ...]) -> float:
-    return max(engine_bound(f"reference | {path}").value for path in paths)
+def logprob_bound(paths: tuple[str, ...], statistic: str = "reference") -> float:
+    """The widest of ``paths``' bounds of ``statistic`` (``reference``: the largest difference
+    over a prompt's positions; ``reference-rms``: their root mean square)."""
+    return max(engine_bound(f"{statistic} | {path}").value for path in paths)
 
 
 def check_prompt_logprobs(
@@ -51,21 +55,28 @@ def check_prompt_logprobs(
         i: abs(answer.prompt_logprobs[i] - reference.prompt_logprobs[i])  # type: ignore[operator]
         for i in positions
     }
-    bound = logprob_bound(paths)
+    bound, rms_bound = logprob_bound(paths), logprob_bound(paths, "reference-rms")
     worst = max(errors, key=errors.__getitem__)
+    rms = math.sqrt(sum(e * e for e in errors.values()) / len(errors))
     record_property(
         "measured",
         {
             "largest_logprob_error": errors[worst],
             "at_position": worst,
+            "rms_logprob_error": rms,
             "positions_compared": len(errors),
             "prompt_tokens": len(answer.prompt_token_ids),
             "bound": bound,
+            "rms_bound": rms_bound,
         },
     )
     assert errors[worst] <= bound, (
         f"{form}: prompt token {worst}'s log-probability is {errors[worst]:.4g} nats from "
         f"the reference's, above the bound {bound:.4g} ({', '.join(paths)})"
+    )
+    assert rms <= rms_bound, (
+        f"{form}: the prompt's log-probabilities are {rms:.4g} nats (root mean square) from "
+        f"the reference's, above the bound {rms_bound:.4g} ({', '.join(paths)})"
     )
 
 

@@ -41,6 +41,7 @@ def test_the_folder_holds_what_a_checkpoint_holds(folder):
         CONFIG_MODULE.name,
         "tokenizer.json",
         "tokenizer_config.json",
+        "generation_config.json",
         "model.safetensors",
     }
     data = json.loads((folder / "config.json").read_text())
@@ -67,6 +68,27 @@ def test_the_tokenizer_loads_with_the_models_special_tokens(folder):
     for token in (IMG_CONTEXT, VIDEO_PLACEHOLDER, AUDIO_CONTEXT, "<img>", "</img>"):
         assert len(tokenizer.encode(token, add_special_tokens=False)) == 1, token
     assert len(tokenizer) == VOCAB_SIZE
+
+
+def test_the_tokenizer_renders_a_chat_with_its_template(folder):
+    from transformers import AutoTokenizer, GenerationConfig
+
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    chat = [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "<image>\nWhat is it?"},
+    ]
+    rendered = tokenizer.apply_chat_template(chat, tokenize=False, add_generation_prompt=True)
+    assert rendered == (
+        "<|im_start|>system\nBe brief.<|im_end|>\n"
+        "<|im_start|>user\n<image>\nWhat is it?<|im_end|>\n"
+        "<|im_start|>assistant\n"
+    )
+    generation = GenerationConfig.from_pretrained(folder)
+    assert (generation.bos_token_id, generation.eos_token_id) == (
+        tokenizer.bos_token_id,
+        tokenizer.eos_token_id,
+    )
 
 
 def test_every_tensor_is_random_and_distinct(folder):

