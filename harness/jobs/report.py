@@ -666,6 +666,19 @@ def _lora_lines(entries: list[tuple[str, str, dict[str, Any]]]) -> list[str]:
     ]
 
 
+def _engine_lines(entries: list[tuple[str, str, dict[str, Any]]]) -> list[str]:
+    def shown(value: object) -> str:
+        return f"{value:.3g}" if isinstance(value, float) else str(value)
+
+    return [
+        f"- {form}, {item}: "
+        + ", ".join(
+            f"{name.replace('_', ' ')} {shown(v)}" for name, v in n.items() if name != "kind"
+        )
+        for form, item, n in entries
+    ]
+
+
 #: Each kind of measured numbers (a measured entry's ``kind``; parity when it has none): its
 #: heading and how its entries are listed.
 _MEASURED_KINDS: tuple[
@@ -693,6 +706,12 @@ _MEASURED_KINDS: tuple[
         "LoRA layers of {} against W x + s B A x from the adapter files (largest relative error "
         "of a token in a batch of three adapters and none, bound):",
         _lora_lines,
+    ),
+    (
+        "engine",
+        "The engine {} against the reference's language model, or against itself (log-"
+        "probability differences in nats, each with its bound; greedy steps agreed):",
+        _engine_lines,
     ),
 )
 

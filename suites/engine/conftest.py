@@ -4,7 +4,7 @@ that answer)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
 import pytest
@@ -91,6 +91,24 @@ class Served:
         if key not in self._scores:
             self._scores[key] = self.oracle(form).scores(request, continuation)
         return self._scores[key]
+
+
+class Measure:
+    """What a check measured, by item, into its result (``record_property("measured")``, which
+    the report lists per kind: these are ``engine``'s)."""
+
+    def __init__(self, record_property: pytest.RecordProperty) -> None:
+        self._record = record_property
+        self._items: dict[str, dict[str, object]] = {}
+
+    def __call__(self, item: str, numbers: Mapping[str, object]) -> None:
+        self._items[item] = {"kind": "engine", **numbers}
+        self._record("measured", dict(self._items))
+
+
+@pytest.fixture
+def measure(record_property: pytest.RecordProperty) -> Measure:
+    return Measure(record_property)
 
 
 @pytest.fixture(scope="session")

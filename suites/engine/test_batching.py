@@ -18,7 +18,7 @@ from harness.targets.engine import (
     EngineOutput,
     engine_prompt,
 )
-from suites.engine.conftest import SAMPLING, SCHEDULED, Served, form_request
+from suites.engine.conftest import SAMPLING, SCHEDULED, Measure, Served, form_request
 
 pytestmark = pytest.mark.concern("engine")
 
@@ -38,7 +38,7 @@ def _check_batch(
     options: EngineOptions,
     comparison: str,
     extra: tuple[Request, ...],
-    record_property: pytest.RecordProperty,
+    measure: Measure,
 ) -> list[EngineOutput]:
     engine = served.target.engine(ENGINE_SPEC, options)
     requests = [form_request(form)[1] for form in BATCH] + list(extra)
@@ -53,8 +53,8 @@ def _check_batch(
         difference, found = compare_answers(one, answer, bound)
         largest = max(largest, difference)
         problems += [f"{name}: {p}" for p in found]
-    record_property(
-        "measured",
+    measure(
+        "batch",
         {
             "largest_logprob_difference": largest,
             "bound": bound,
@@ -66,17 +66,15 @@ def _check_batch(
 
 
 @pytest.mark.self_consistency("each request inside a mixed batch against the same alone")
-def test_a_request_in_a_mixed_batch_answers_as_alone(
-    served: Served, record_property: pytest.RecordProperty
-) -> None:
-    _check_batch(served, DEFAULT_OPTIONS, "batched-vs-alone", (), record_property)
+def test_a_request_in_a_mixed_batch_answers_as_alone(served: Served, measure: Measure) -> None:
+    _check_batch(served, DEFAULT_OPTIONS, "batched-vs-alone", (), measure)
 
 
 @pytest.mark.self_consistency("each request of a preempted batch against the same alone")
 def test_requests_preempted_for_a_small_kv_cache_answer_as_alone(
-    served: Served, record_property: pytest.RecordProperty
+    served: Served, measure: Measure
 ) -> None:
-    answers = _check_batch(served, SCHEDULED, "chunked-vs-whole", LONG_TEXTS, record_property)
+    answers = _check_batch(served, SCHEDULED, "chunked-vs-whole", LONG_TEXTS, measure)
     preempted = sum(a.preemptions for a in answers)
     assert preempted > 0, (
         "the batch ran without a preemption: the KV cache is not small enough to test one"

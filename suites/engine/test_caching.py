@@ -23,7 +23,7 @@ from harness.targets.engine import (
     Sampling,
     engine_prompt,
 )
-from suites.engine.conftest import CHUNK, DECODED, SCHEDULED, Served, form_request
+from suites.engine.conftest import CHUNK, DECODED, SCHEDULED, Measure, Served, form_request
 
 pytestmark = pytest.mark.concern("engine")
 
@@ -50,7 +50,7 @@ BOUNDARIES = {"mixed": ("inside", "between"), "video-t1": ("inside",)}
 @pytest.mark.self_consistency("the prompt prefilled in chunks against in one step")
 @pytest.mark.parametrize("form", list(BOUNDARIES))
 def test_chunked_prefill_equals_unchunked_serving(
-    served: Served, form: str, record_property: pytest.RecordProperty
+    served: Served, form: str, measure: Measure
 ) -> None:
     _, request = form_request(form)
     processed = served.oracle(form).process(request)
@@ -64,8 +64,8 @@ def test_chunked_prefill_equals_unchunked_serving(
     whole = served.answer(form)
     chunked = served.answer(form, SCHEDULED)
     largest, problems = compare_answers(whole, chunked, split())
-    record_property(
-        "measured",
+    measure(
+        "chunked prefill",
         {"largest_logprob_difference": largest, "boundaries_inside_runs": len(inside)},
     )
     assert not problems, f"{form} prefilled in chunks of {CHUNK}: " + "; ".join(problems)
@@ -73,7 +73,7 @@ def test_chunked_prefill_equals_unchunked_serving(
 
 @pytest.mark.self_consistency("a repeated request read from the prefix cache against its first")
 def test_a_repeated_request_is_read_from_the_prefix_cache_and_answers_the_same(
-    served: Served, record_property: pytest.RecordProperty
+    served: Served, measure: Measure
 ) -> None:
     _, request = form_request("mixed")
     engine = served.target.engine(ENGINE_SPEC, SCHEDULED, counted=True)
@@ -81,8 +81,8 @@ def test_a_repeated_request_is_read_from_the_prefix_cache_and_answers_the_same(
     first = engine.generate([engine_prompt(request)], FROM_THE_CACHE)[0]
     with engine.counted() as counted:
         again = engine.generate([engine_prompt(request)], FROM_THE_CACHE)[0]
-    record_property(
-        "measured",
+    measure(
+        "prefix cache",
         {"cached_tokens": again.num_cached_tokens, "prompt_tokens": len(again.prompt_token_ids)},
     )
     assert first.num_cached_tokens == 0, "the first request found a cache already filled"
@@ -98,7 +98,7 @@ def _image_request(seed: int) -> Request:
 
 @pytest.mark.self_consistency("each image's answer against the same request served fresh")
 def test_two_images_of_one_size_are_kept_apart_by_the_caches(
-    served: Served, record_property: pytest.RecordProperty
+    served: Served, measure: Measure
 ) -> None:
     fresh_engine = served.target.engine(ENGINE_SPEC, DEFAULT_OPTIONS)
     cached = served.target.engine(ENGINE_SPEC, SCHEDULED, counted=True)
@@ -111,8 +111,8 @@ def test_two_images_of_one_size_are_kept_apart_by_the_caches(
     other = fresh_engine.generate([engine_prompt(first)], FROM_THE_CACHE)[0]
     processed = served.oracle("text").process(second)
     text_before_the_image = min(p.start for p in processed.placeholders)
-    record_property(
-        "measured",
+    measure(
+        "two images",
         {"cached_tokens": answer.num_cached_tokens, "text_before_the_image": text_before_the_image},
     )
     assert answer.num_cached_tokens <= text_before_the_image, (
@@ -129,7 +129,7 @@ def test_two_images_of_one_size_are_kept_apart_by_the_caches(
 
 @pytest.mark.self_consistency("repeated media from the processor cache against its first")
 def test_repeated_media_are_served_from_the_processor_cache_and_answer_the_same(
-    served: Served, record_property: pytest.RecordProperty
+    served: Served, measure: Measure
 ) -> None:
     # The scheduling engine (built last: vLLM keeps the last engine's counters), its prefix
     # cache not read, so that only the processor cache serves the repeat.
@@ -138,7 +138,7 @@ def test_repeated_media_are_served_from_the_processor_cache_and_answer_the_same(
     first = engine.generate([engine_prompt(request)], NOT_FROM_THE_CACHE)[0]
     with engine.counted() as counted:
         again = engine.generate([engine_prompt(request)], NOT_FROM_THE_CACHE)[0]
-    record_property("measured", {"mm_cache_hits": counted["vllm:mm_cache_hits"]})
+    measure("processor cache", {"mm_cache_hits": counted["vllm:mm_cache_hits"]})
     assert counted["vllm:mm_cache_hits"] >= 1, f"the repeated image missed the cache ({counted})"
     _, problems = compare_answers(first, again, engine_bound("batched-vs-alone").value)
     assert not problems, "the image served from the processor cache: " + "; ".join(problems)
@@ -152,3 +152,27 @@ def test_prefix_caching_without_chunked_prefill_is_refused_with_the_reason(
     options = EngineOptions(enable_prefix_caching=True, enable_chunked_prefill=False)
     with pytest.raises(EngineError, match="Chunked prefill is required for mamba cache mode"):
         served.target.engine(ENGINE_SPEC, options)
+
+
+#: Prefix caching with vLLM's default step budget: a prompt's prefill in one step.
+PREFIX_CACHING = EngineOptions(enable_prefix_caching=True, enable_chunked_prefill=True)
+#: A text of about 300 tokens: more than one of prefix caching's 128-token blocks.
+LONG_PROMPT = Request(" ".join(f"tide{k}" for k in range(48)) + ".")
+
+
+@pytest.mark.self_consistency("a prompt under prefix caching against the same without it")
+def test_a_prompt_longer_than_a_block_is_served_under_prefix_caching(
+    served: Served, measure: Measure
+) -> None:
+    """``--enable-prefix-caching`` as a user sets it, the step budget left at vLLM's default:
+    a prompt of more than one KV block prefilled in one step."""
+    plain = served.target.engine(ENGINE_SPEC, DEFAULT_OPTIONS)
+    whole = plain.generate([engine_prompt(LONG_PROMPT)], NOT_FROM_THE_CACHE)[0]
+    cached = served.target.engine(ENGINE_SPEC, PREFIX_CACHING)
+    answer = cached.generate([engine_prompt(LONG_PROMPT)], NOT_FROM_THE_CACHE)[0]
+    largest, problems = compare_answers(whole, answer, split())
+    measure(
+        "long prompt",
+        {"prompt_tokens": len(answer.prompt_token_ids), "largest_logprob_difference": largest},
+    )
+    assert not problems, "the prompt under prefix caching: " + "; ".join(problems)

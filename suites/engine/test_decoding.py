@@ -10,14 +10,14 @@ import pytest
 
 from harness.oracles.engine_bounds import engine_bound
 from harness.targets.engine import DEFAULT_OPTIONS, ENGINE_SPEC, Sampling, token_prompt
-from suites.engine.conftest import Served
+from suites.engine.conftest import Measure, Served
 
 pytestmark = pytest.mark.concern("engine")
 
 
 @pytest.mark.self_consistency("decoded tokens against the same sequence sent as one prompt")
 def test_decoded_logprobs_equal_the_sequence_sent_as_a_prompt(
-    served: Served, record_property: pytest.RecordProperty
+    served: Served, measure: Measure
 ) -> None:
     answer = served.answer("text")
     engine = served.target.engine(ENGINE_SPEC, DEFAULT_OPTIONS)
@@ -33,7 +33,7 @@ def test_decoded_logprobs_equal_the_sequence_sent_as_a_prompt(
         abs(d - p) for d, p in zip(answer.token_logprobs, prefilled, strict=False) if p is not None
     ]
     bound = engine_bound("decode-vs-prefill").value
-    record_property("measured", {"largest_logprob_error": max(errors), "bound": bound})
+    measure("decoded against prefilled", {"largest_logprob_error": max(errors), "bound": bound})
     assert max(errors) <= bound, (
         f"a decoded token's log-probability is {max(errors):.4g} nats from the same token's in "
         f"one prefill of the sequence, above the bound {bound:.4g}: state lost across steps"

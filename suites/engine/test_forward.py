@@ -13,7 +13,7 @@ import pytest
 
 from harness.oracles.decoding import greedy_agreement
 from harness.oracles.engine_bounds import engine_bound
-from suites.engine.conftest import Served
+from suites.engine.conftest import Measure, Served
 
 pytestmark = pytest.mark.concern("engine")
 
@@ -38,7 +38,7 @@ def logprob_bound(paths: tuple[str, ...], statistic: str = "reference") -> float
 
 
 def check_prompt_logprobs(
-    served: Served, form: str, paths: tuple[str, ...], record_property: pytest.RecordProperty
+    served: Served, form: str, paths: tuple[str, ...], measure: Measure
 ) -> None:
     answer = served.answer(form)
     reference = served.reference(form, answer.tokens)
@@ -58,8 +58,8 @@ def check_prompt_logprobs(
     bound, rms_bound = logprob_bound(paths), logprob_bound(paths, "reference-rms")
     worst = max(errors, key=errors.__getitem__)
     rms = math.sqrt(sum(e * e for e in errors.values()) / len(errors))
-    record_property(
-        "measured",
+    measure(
+        "prompt log-probabilities",
         {
             "largest_logprob_error": errors[worst],
             "at_position": worst,
@@ -80,9 +80,7 @@ def check_prompt_logprobs(
     )
 
 
-def check_greedy(
-    served: Served, form: str, paths: tuple[str, ...], record_property: pytest.RecordProperty
-) -> None:
+def check_greedy(served: Served, form: str, paths: tuple[str, ...], measure: Measure) -> None:
     answer = served.answer(form)
     reference = served.reference(form, answer.tokens)
     agreement = greedy_agreement(
@@ -97,7 +95,7 @@ def check_greedy(
         )
     ]
     largest = max(errors, default=0.0)
-    record_property("measured", {**agreement.measured(), "largest_logprob_error": largest})
+    measure("greedy decoding", {**agreement.measured(), "largest_logprob_error": largest})
     assert agreement.problem is None, f"{form}: {agreement.problem}"
     assert largest <= logprob_bound(paths), (
         f"{form}: a decoded token's log-probability is {largest:.4g} nats from the reference's "
@@ -107,13 +105,13 @@ def check_greedy(
 
 @pytest.mark.parametrize(("form", "paths"), list(FORMS.items()), ids=list(FORMS))
 def test_prompt_logprobs_match_the_reference(
-    served: Served, form: str, paths: tuple[str, ...], record_property: pytest.RecordProperty
+    served: Served, form: str, paths: tuple[str, ...], measure: Measure
 ) -> None:
-    check_prompt_logprobs(served, form, paths, record_property)
+    check_prompt_logprobs(served, form, paths, measure)
 
 
 @pytest.mark.parametrize(("form", "paths"), list(FORMS.items()), ids=list(FORMS))
 def test_greedy_decoding_matches_the_reference(
-    served: Served, form: str, paths: tuple[str, ...], record_property: pytest.RecordProperty
+    served: Served, form: str, paths: tuple[str, ...], measure: Measure
 ) -> None:
-    check_greedy(served, form, paths, record_property)
+    check_greedy(served, form, paths, measure)

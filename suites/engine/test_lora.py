@@ -21,7 +21,7 @@ from harness.targets.engine import (
     Sampling,
     engine_prompt,
 )
-from suites.engine.conftest import DECODED, SAMPLING, Served, form_request
+from suites.engine.conftest import DECODED, SAMPLING, Measure, Served, form_request
 
 pytestmark = pytest.mark.concern("engine")
 
@@ -107,7 +107,7 @@ def against_the_reference(
 
 
 def test_adapters_interleaved_in_one_batch_match_the_reference(
-    served: Served, record_property: pytest.RecordProperty
+    served: Served, measure: Measure
 ) -> None:
     engine = served.target.engine(ENGINE_SPEC, LORA)
     names = sorted({name for _, name, _ in BATCH if name is not None})
@@ -127,9 +127,7 @@ def test_adapters_interleaved_in_one_batch_match_the_reference(
         for (_, n, _), a in zip(BATCH, answers, strict=True)
         if n and a.token_logprobs != base.token_logprobs
     ]
-    record_property(
-        "measured", {"adapters": len(names), "slots": LORA.max_loras, "changed": len(changed)}
-    )
+    measure("adapters", {"adapters": len(names), "slots": LORA.max_loras, "changed": len(changed)})
     assert not problems, "; ".join(problems)
     assert changed, "no adapter changed an answer: the check cannot see an adapter dropped"
 
@@ -173,7 +171,7 @@ def test_adapters_targeting_the_towers_are_served_on_the_language_model(
 
 @pytest.mark.self_consistency("the base model in the LoRA engine against the engine without LoRA")
 def test_the_base_model_is_unchanged_while_adapters_are_loaded(
-    served: Served, record_property: pytest.RecordProperty
+    served: Served, measure: Measure
 ) -> None:
     engine = served.target.engine(ENGINE_SPEC, LORA)
     loaded = [served_adapter("lm-projections"), served_adapter("rank-4")]
@@ -184,5 +182,5 @@ def test_the_base_model_is_unchanged_while_adapters_are_loaded(
         largest, problems = compare_answers(
             served.answer(form), base, engine_bound("batched-vs-alone").value
         )
-        record_property("measured", {"largest_logprob_difference": largest})
+        measure(f"{form}, base model", {"largest_logprob_difference": largest})
         assert not problems, f"{form}, no adapter, adapters loaded: " + "; ".join(problems)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from suites.engine.conftest import Served
+from suites.engine.conftest import Measure, Served
 from suites.engine.test_forward import check_greedy, check_prompt_logprobs
 
 pytestmark = pytest.mark.concern("engine")
@@ -20,7 +20,7 @@ FORMS: dict[str, tuple[str, ...]] = {
 
 @pytest.mark.parametrize(("form", "paths"), list(FORMS.items()), ids=list(FORMS))
 def test_variant_prompt_logprobs_and_greedy_decoding(
-    served: Served, form: str, paths: tuple[str, ...], record_property: pytest.RecordProperty
+    served: Served, form: str, paths: tuple[str, ...], measure: Measure
 ) -> None:
-    check_prompt_logprobs(served, form, paths, record_property)
-    check_greedy(served, form, paths, record_property)
+    check_prompt_logprobs(served, form, paths, measure)
+    check_greedy(served, form, paths, measure)

@@ -198,3 +198,17 @@ def test_the_overlay_serves_a_module_from_its_file_in_a_new_process(tmp_path: Pa
         check=False,
     )
     assert asked.stdout.strip() == "the file under test", asked.stderr
+
+
+def test_the_report_lists_what_the_engine_checks_measured() -> None:
+    from harness.jobs.report import _measured_section
+
+    check = "suites/engine/test_forward.py::test_prompt_logprobs_match_the_reference[mixed]"
+    numbers = {"kind": "engine", "largest_logprob_error": 0.0712, "bound": 1.0, "at_position": 9}
+    lines = _measured_section(
+        [{"selector": "vllm-engine", "measured": {check: {"prompt log-probabilities": numbers}}}]
+    )
+    assert (
+        "- mixed, prompt log-probabilities: largest logprob error 0.0712, bound 1, at position 9"
+        in lines
+    )

@@ -4,7 +4,9 @@ own (``.nox/engine``).
 
 :mod:`.engine` builds and stops engines and turns their answers into :class:`EngineOutput`;
 :mod:`.target` is the target: vLLM's components as the ``vllm`` target drives them, plus its
-engines, once per checkpoint variant and :class:`EngineOptions` per process.
+engines, once per checkpoint variant and :class:`EngineOptions` per process;
+``vllm-engine-file:`` targets there load files under test, which :mod:`.overlay` carries into
+the engine's own processes.
 """
 
 from harness.targets.engine.engine import (
