@@ -3,8 +3,10 @@
     nemotron-vl-conformance [--target T ...] [--device cpu|cuda] [--out reports] [--jobs N]
                             [--groups N] [--rerun [TARGET ...]] [-- extra pytest arguments]
 
-Without ``--target``, every available target runs: ``reference``, and ``vllm`` when vLLM is
-installed. Each target runs in its own pytest process (a ``vllm-file:`` target replaces modules
+Without ``--target``, every available target runs: ``reference``, ``vllm`` when vLLM is
+installed, and ``vllm-engine`` when the CPU build's environment exists (its checks,
+``suites/engine``, run with that environment's Python: :mod:`harness.jobs.runtimes`). Each target
+runs in its own pytest process (a ``vllm-file:`` target replaces modules
 in ``sys.modules``, so targets never share a process), writing JUnit XML and per-check results;
 the report merges them into ``<out>/conformance.md`` and ``.json``. The targets run side by side,
 as many at once as there are cores (``--jobs N``; 1: one after the other), each with its share
