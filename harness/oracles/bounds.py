@@ -262,17 +262,22 @@ def parse_table(data: object, where: str) -> CalibrationTable:
     return CalibrationTable(dict(about), samples, dict(not_calibrated))
 
 
-def read_table(path: Path) -> CalibrationTable:
-    """The calibration table at ``path``."""
+def read_json_table(path: Path, what: str, command: str) -> object:
+    """The JSON of the calibration table ``what`` at ``path``; a missing file names the
+    ``command`` that writes it."""
     try:
-        data = json.loads(path.read_text())
+        return json.loads(path.read_text())
     except FileNotFoundError:
         raise FileNotFoundError(
-            f"parity calibration table: expected a file at {path}; run nemotron-vl-calibrate "
-            "(nox -s calibrate) to write one"
+            f"{what}: expected a file at {path}; run {command} (nox -s calibrate) to write one"
         ) from None
     except json.JSONDecodeError as e:
         raise ValueError(f"{path}: expected JSON, got a parse error: {e}") from e
+
+
+def read_table(path: Path) -> CalibrationTable:
+    """The calibration table at ``path``."""
+    data = read_json_table(path, "parity calibration table", "nemotron-vl-calibrate")
     return parse_table(data, str(path))
 
 

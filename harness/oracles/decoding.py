@@ -51,6 +51,11 @@ class Agreement:
             f"there is {self.margin:.4g} nats: above the tie bound, not a tie"
         )
 
+    def largest_difference(self, engine: Sequence[float], reference: Sequence[float]) -> float:
+        """The largest difference of the agreed steps' log-probabilities (0 for none)."""
+        steps = zip(engine[: self.compared], reference[: self.compared], strict=True)
+        return max((abs(a - e) for a, e in steps), default=0.0)
+
     def measured(self) -> dict[str, object]:
         return {
             "agreed_steps": self.compared,

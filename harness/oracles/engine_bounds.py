@@ -31,12 +31,17 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 from harness import ROOT
-from harness.oracles.bounds import MARGIN_OVER_MAX, MIN_SAMPLES, Bound, derive_bound
+from harness.oracles.bounds import (
+    MARGIN_OVER_MAX,
+    MIN_SAMPLES,
+    Bound,
+    derive_bound,
+    read_json_table,
+)
 
 ENGINE_CALIBRATION_TABLE = ROOT / "fixtures" / "calibration" / "engine.json"
 #: The prompt paths whose log-probabilities are compared with the reference's.
@@ -137,15 +142,8 @@ def parse_engine_table(data: object, where: str) -> EngineTable:
 
 
 def read_engine_table(path: Path = ENGINE_CALIBRATION_TABLE) -> EngineTable:
-    try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise FileNotFoundError(
-            f"engine calibration table: expected a file at {path}; run "
-            "nemotron-vl-calibrate-engine (nox -s calibrate) to write one"
-        ) from None
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{path}: expected JSON, got a parse error: {e}") from e
+    """The engine calibration table at ``path``."""
+    data = read_json_table(path, "engine calibration table", "nemotron-vl-calibrate-engine")
     return parse_engine_table(data, str(path))
 
 

@@ -86,15 +86,7 @@ def check_greedy(served: Served, form: str, paths: tuple[str, ...], measure: Mea
     agreement = greedy_agreement(
         answer.tokens, reference.greedy, reference.margins, 2 * logprob_bound(paths)
     )
-    errors = [
-        abs(a - e)
-        for a, e in zip(
-            answer.token_logprobs[: agreement.compared],
-            reference.continuation_logprobs[: agreement.compared],
-            strict=True,
-        )
-    ]
-    largest = max(errors, default=0.0)
+    largest = agreement.largest_difference(answer.token_logprobs, reference.continuation_logprobs)
     measure("greedy decoding", {**agreement.measured(), "largest_logprob_error": largest})
     assert agreement.problem is None, f"{form}: {agreement.problem}"
     assert largest <= logprob_bound(paths), (

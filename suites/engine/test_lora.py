@@ -91,17 +91,10 @@ def against_the_reference(
     agreement = greedy_agreement(answer.tokens, reference.greedy, reference.margins, 2 * bound)
     if agreement.problem:
         problems.append(agreement.problem)
-    decoded = [
-        abs(a - e)
-        for a, e in zip(
-            answer.token_logprobs[: agreement.compared],
-            reference.continuation_logprobs[: agreement.compared],
-            strict=True,
-        )
-    ]
-    if decoded and max(decoded) > bound:
+    decoded = agreement.largest_difference(answer.token_logprobs, reference.continuation_logprobs)
+    if decoded > bound:
         problems.append(
-            f"decoded log-probabilities up to {max(decoded):.4g} nats off (bound {bound:.4g})"
+            f"decoded log-probabilities up to {decoded:.4g} nats off (bound {bound:.4g})"
         )
     return problems
 
