@@ -31,9 +31,9 @@ from harness.inputs.drawn import DRAWN_PATHS
 from harness.inputs.requests import Request
 from harness.oracles.engine_bounds import ENGINE_CALIBRATION_TABLE, ENGINE_COMPARISONS, EngineTable
 from harness.oracles.language_model import ReferenceLanguageModel
-from harness.targets.engine.engine import (
+from harness.targets.engine.engine import Engine
+from harness.targets.engine.options import (
     SCHEDULED_OPTIONS,
-    Engine,
     EngineOptions,
     EngineOutput,
     Sampling,

@@ -15,7 +15,7 @@ import pytest
 from harness.jobs import runtimes
 from harness.oracles.decoding import compare_answers, greedy_agreement
 from harness.oracles.engine_bounds import LOGPROB_CEILING, LOGPROB_FLOOR, parse_engine_table
-from harness.targets.engine.engine import EngineOptions, Sampling
+from harness.targets.engine.options import EngineOptions, Sampling
 
 
 def test_engine_options_are_the_flags_of_vllm_serve() -> None:

@@ -22,7 +22,8 @@ from harness.checkpoints.cache import checkpoint_folder
 from harness.checkpoints.spec import ModelSpec
 from harness.runs_on import ENGINE
 from harness.targets.base import TargetIdentity, TargetUnavailable
-from harness.targets.engine.engine import DEFAULT_OPTIONS, Engine, EngineOptions
+from harness.targets.engine.engine import Engine
+from harness.targets.engine.options import DEFAULT_OPTIONS, EngineOptions
 from harness.targets.engine.overlay import overlay_environment
 from harness.targets.vllm.files import module_name_for
 from harness.targets.vllm.runtime import prepare_cpu_environment
