@@ -52,9 +52,12 @@ def check_prompt_logprobs(
         f"at {missing[0]} (every token after the first has one)"
     )
     errors = {
-        i: abs(answer.prompt_logprobs[i] - reference.prompt_logprobs[i])  # type: ignore[operator]
+        i: abs(got - want)
         for i in positions
+        if (got := answer.prompt_logprobs[i]) is not None
+        and (want := reference.prompt_logprobs[i]) is not None
     }
+    assert len(errors) == len(positions), f"{form}: the reference gave no log-probability"
     bound, rms_bound = logprob_bound(paths), logprob_bound(paths, "reference-rms")
     worst = max(errors, key=errors.__getitem__)
     rms = math.sqrt(sum(e * e for e in errors.values()) / len(errors))
