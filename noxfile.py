@@ -365,6 +365,15 @@ def conformance(session: nox.Session) -> None:
     command(session, "nemotron-vl-conformance", env={"NEMOTRON_VL_ENGINE_PYTHON": engine})
 
 
+@nox.session(venv_backend="none")
+def releases(session: nox.Session) -> None:
+    """The release matrix: every pinned deviation and every finding with a status column per
+    installed vLLM release (reports/releases/releases.{md,json}; the conformance run on each
+    release's targets beside it). Arguments after `--` go to `nemotron-vl-releases`."""
+    _, engine = both_environments(session)
+    command(session, "nemotron-vl-releases", env={"NEMOTRON_VL_ENGINE_PYTHON": engine})
+
+
 @nox.session(reuse_venv=True)
 def lint(session: nox.Session) -> None:
     """ruff check, ruff format --check, no-tensor-truthiness and zizmor over the workflows (no

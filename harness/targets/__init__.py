@@ -7,7 +7,8 @@ that measure every target the same way, and the categories of a check's outcome)
 - ``reference``: our wrapper in ``reference_impl/``.
 - ``vllm``: the installed vLLM's ``NemotronH_Nano_VL_V2``.
 - ``vllm-engine``: vLLM's whole engine (``vllm.LLM``) on the CPU build of vLLM, in an
-  environment of its own, against the reference's language model;
+  environment of its own, against the reference's language model; ``vllm-cpu`` the same
+  build's components as ``vllm`` checks them (a release's column in the release matrix);
   ``vllm-engine-file:PATH[,PATH...]`` the same with model files under test, in every process of
   the engine.
 - ``vllm-file:PATH[,PATH...]``: model files from any vLLM revision or pull request, loaded in place
@@ -39,6 +40,7 @@ TARGET_CHOICES = (
     "reference",
     "vllm",
     "vllm-engine",
+    "vllm-cpu",
     "vllm-file:PATH[,PATH...]",
     "vllm-engine-file:PATH[,PATH...]",
     "reference-mutant:NAME",
@@ -59,6 +61,10 @@ def resolve_target(value: str) -> Target:
         from harness.targets.engine import EngineTarget
 
         return EngineTarget()
+    if value == "vllm-cpu":
+        from harness.targets.engine.target import CpuBuildTarget
+
+        return CpuBuildTarget()
     if value.startswith("vllm-engine-file:"):
         from harness.targets.engine.target import EngineFileTarget
 

@@ -52,10 +52,19 @@ class EngineError(RuntimeError):
 
 
 def _descendants() -> dict[int, str]:
+    """This process's descendants by pid, bar Python's resource tracker: multiprocessing starts
+    it with the first spawned process and it serves every later one until this process ends (an
+    engine's processes are those it spawned; stopping the tracker with them leaks what it
+    tracks and makes the next engine start another)."""
+    from multiprocessing import resource_tracker
+
     import psutil
 
+    tracker = getattr(resource_tracker._resource_tracker, "_pid", None)
     found: dict[int, str] = {}
     for child in psutil.Process().children(recursive=True):
+        if child.pid == tracker:
+            continue
         try:
             found[child.pid] = child.name()
         except psutil.Error:
@@ -126,6 +135,19 @@ class Engine:
     error_log: Path | None = None
     _llm: Any = None
 
+    @staticmethod
+    def configure(folder: Path, options: EngineOptions) -> None:
+        """The engine's configuration as ``vllm.LLM`` makes it first (``EngineArgs``'
+        ``create_engine_config``), in this process and nothing spawned: what vLLM refuses for
+        these options is refused here, as :meth:`build` would be, in a fraction of its time."""
+        prepare_cpu_environment()
+        from vllm.engine.arg_utils import EngineArgs
+
+        try:
+            EngineArgs(**_engine_kwargs(folder, options)).create_engine_config()
+        except Exception as e:
+            raise EngineError(_failed(folder, options, e)) from e
+
     @classmethod
     def build(
         cls, folder: Path, options: EngineOptions, environment: Mapping[str, str] | None = None
@@ -147,22 +169,11 @@ class Engine:
         os.environ.update(added)
         start = time.perf_counter()
         try:
-            llm = LLM(
-                model=str(folder),
-                tokenizer=str(folder),
-                trust_remote_code=True,
-                enforce_eager=True,
-                disable_log_stats=False,
-                seed=0,
-                **options.llm_kwargs(),
-            )
+            llm = LLM(**_engine_kwargs(folder, options))
         except Exception as e:
             leftover = {p: n for p, n in _descendants().items() if p not in before}
             _stop(leftover)
-            raise EngineError(
-                f"vllm.LLM({folder.name}, {' '.join(options.cli_args())}) failed: "
-                f"{type(e).__name__}: {e}{_logged(error_log)}"
-            ) from e
+            raise EngineError(_failed(folder, options, e) + _logged(error_log)) from e
         finally:
             for name, value in previous.items():
                 if value is None:
@@ -261,6 +272,26 @@ class Engine:
                 llm.llm_engine.engine_core.shutdown()
             del llm
         return _stop(self.processes)
+
+
+def _engine_kwargs(folder: Path, options: EngineOptions) -> dict[str, Any]:
+    """``vllm.LLM``'s (and ``EngineArgs``') keyword arguments for ``folder`` and ``options``."""
+    return {
+        "model": str(folder),
+        "tokenizer": str(folder),
+        "trust_remote_code": True,
+        "enforce_eager": True,
+        "disable_log_stats": False,
+        "seed": 0,
+        **options.llm_kwargs(),
+    }
+
+
+def _failed(folder: Path, options: EngineOptions, error: Exception) -> str:
+    return (
+        f"vllm.LLM({folder.name}, {' '.join(options.cli_args())}) failed: "
+        f"{type(error).__name__}: {error}"
+    )
 
 
 def _logged(error_log: Path | None) -> str:

