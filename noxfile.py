@@ -447,7 +447,7 @@ def calibrate(session: nox.Session) -> None:
         "100-119",
         f"--report={REPORTS / 'calibration.md'}",
     )
-    # The engine's log-probability bounds, in the engine's environment (about 8 min on 2 cores).
+    # The engine's log-probability bounds, in the engine's environment (about 26 min on 2 cores).
     session.run(
         engine, "-m", "harness.jobs.calibrate_engine", "--write", env=CPU_ENV, external=True
     )

@@ -72,6 +72,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         "(vision_config.video_target_num_patches = N, video_maintain_aspect_ratio = true; "
         "default: each frame to a tile's side)",
     )
+    default_width = ModelSpec().hidden_size
+    parser.add_argument(
+        "--hidden-size",
+        type=_positive_int,
+        default=default_width,
+        metavar="N",
+        help=f"the language model's width (default {default_width}; vLLM's CPU attention, "
+        "which the CPU build's engine serves with, needs heads 32 wide or more: 128)",
+    )
     parser.add_argument(
         "--adapter",
         nargs=2,
@@ -87,6 +96,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     for name, _ in args.adapter:
         if name not in names:
             parser.error(f"argument --adapter: NAME: expected one of {names}, got {name!r}")
+    if args.hidden_size % 16:
+        parser.error(
+            f"argument --hidden-size: expected a multiple of 16, got {args.hidden_size} (four "
+            "attention heads, each a multiple of 4 wide)"
+        )
     folders = [args.folder, *(Path(d) for _, d in args.adapter)]
     for path in folders:
         if path.exists() and not path.is_dir():
@@ -98,6 +112,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             checkpoint_dtype=args.checkpoint_dtype,
             video_target_num_patches=args.video_aspect_patches,
             video_maintain_aspect_ratio=args.video_aspect_patches is not None,
+            hidden_size=args.hidden_size,
         )
     except ValueError as e:
         parser.error(str(e))

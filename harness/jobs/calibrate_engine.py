@@ -1,6 +1,6 @@
 """Measure a served engine's log-probability error, to derive the engine checks' bounds.
 
-    nemotron-vl-calibrate-engine [--seeds 0-1] [--draws 6] [--write] [--out PATH]
+    nemotron-vl-calibrate-engine [--seeds 0-3] [--draws 5] [--write] [--out PATH]
 
 For each weight seed, each checkpoint variant an engine path needs (static tiles; dynamic
 resolution; T = 2; EVS) is written and served by vLLM's engine (``vllm.LLM``, bf16, the CPU
@@ -198,8 +198,8 @@ def _seeds(text: str) -> list[int]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seeds", type=_seeds, default=[0, 1], help="weight seeds, A-B")
-    parser.add_argument("--draws", type=int, default=6, help="requests per path and seed")
+    parser.add_argument("--seeds", type=_seeds, default=[0, 1, 2, 3], help="weight seeds, A-B")
+    parser.add_argument("--draws", type=int, default=5, help="requests per path and seed")
     parser.add_argument("--write", action="store_true", help=f"write {ENGINE_CALIBRATION_TABLE}")
     parser.add_argument("--out", type=Path, help="write the table here instead")
     args = parser.parse_args(argv)

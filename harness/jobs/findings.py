@@ -2,7 +2,8 @@
 
 Every script under ``reports/findings/`` reproduces one finding with vLLM's own objects on a
 tiny checkpoint folder the harness writes; its ``main()`` returns 0 while the bug stands and 1
-once it is gone. Given folders on its command line (``nemotron-vl-checkpoint DIR`` writes
+once it is gone (3, ``NOT APPLICABLE``, where the release cannot run it: the findings of vLLM's
+engine need its CPU build). Given folders on its command line (``nemotron-vl-checkpoint DIR`` writes
 them), a script imports vLLM alone, not the harness. This module runs them all in one child
 process (vLLM imported once) and says, per finding, reproduced, fixed or broken (the script
 itself failed), with what it printed and a link to its issue text; it does so against every
@@ -43,7 +44,7 @@ from harness import ROOT
 FINDINGS = ROOT / "reports" / "findings"
 START, END = "@@finding-start ", "@@finding-end "
 #: How a reproduction states its verdict (its first line, where the message runs on).
-VERDICTS = ("REPRODUCED", "NOT REPRODUCED")
+VERDICTS = ("REPRODUCED", "NOT REPRODUCED", "NOT APPLICABLE")
 #: An issue text's first line starts so, its title after it (vLLM's bug-report form).
 ISSUE_TITLE = "# [Bug]: "
 #: The headings an issue text holds, each a line of its own, in this order.
@@ -77,6 +78,7 @@ class Status(enum.StrEnum):
     REPRODUCED = "reproduced"
     FIXED = "fixed"
     BROKEN = "broken"  # the script raised, or never reported
+    NOT_APPLICABLE = "not applicable"  # the release cannot run it (exit 3: no engine here)
     INCOMPLETE = "incomplete"  # reproduced, but its issue text is missing or lacks a section
 
 
@@ -162,7 +164,11 @@ def parse(output: str, paths: Sequence[Path]) -> list[FindingRun]:
     for path in paths:
         key = str(path)
         returned = outcomes.get(key, "")
-        status = {"0": Status.REPRODUCED, "1": Status.FIXED}.get(returned, Status.BROKEN)
+        status = {
+            "0": Status.REPRODUCED,
+            "1": Status.FIXED,
+            "3": Status.NOT_APPLICABLE,
+        }.get(returned, Status.BROKEN)
         lines = said.get(key) or ["(no output: the run stopped before this script ended)"]
         verdicts = [line for line in lines if line.startswith(VERDICTS)]
         runs.append(FindingRun(path.stem, status, (verdicts or lines)[-1]))

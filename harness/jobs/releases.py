@@ -106,13 +106,41 @@ def deviation_matrix(
     return matrix
 
 
+def differing_checks(
+    by_release: Mapping[str, Sequence[Mapping[str, Any]]], pinned: frozenset[str]
+) -> dict[str, dict[str, Cell]]:
+    """The checks no deviation pins whose outcome differs between the releases that ran them
+    (a bug one release has and another not, or a check one cannot run), each release's outcome
+    and its reason, by check id."""
+    outcomes: dict[str, dict[str, Cell]] = {}
+    for release, checks in by_release.items():
+        for check in checks:
+            if check["id"] not in pinned:
+                detail = str(check.get("reason") or "")
+                outcomes.setdefault(check["id"], {})[release] = Cell(check["outcome"], detail)
+    return {
+        check: row
+        for check, row in sorted(outcomes.items())
+        if len(row) > 1 and len({cell.status for cell in row.values()}) > 1
+    }
+
+
+def _shown(cell: Cell, plain: str) -> str:
+    shown = cell.status if cell.status == plain else f"**{cell.status}**"
+    if cell.status != plain and cell.detail:
+        shown += ": " + " ".join(cell.detail.split())[:160]
+    return shown.replace("|", "\\|")
+
+
 def render(
     matrix: Mapping[str, Mapping[str, Cell]],
     findings: Mapping[str, Sequence[FindingRun]],
     releases: Sequence[str],
     command: str,
+    differing: Mapping[str, Mapping[str, Cell]] | None = None,
 ) -> str:
-    """The Markdown report: the deviations' table, then the findings'."""
+    """The Markdown report: the deviations' table, the other checks whose outcome differs
+    between releases, then the findings'."""
     lines = [
         f"# Release matrix: {', '.join(releases)}",
         "",
@@ -126,14 +154,27 @@ def render(
         "|---|" + "---|" * len(releases),
     ]
     for check, row in matrix.items():
-        cells = []
-        for release in releases:
-            cell = row.get(release, Cell(NOT_APPLICABLE, "release not run"))
-            shown = cell.status if cell.status == REPRODUCED else f"**{cell.status}**"
-            if cell.status != REPRODUCED and cell.detail:
-                shown += ": " + " ".join(cell.detail.split())[:160]
-            cells.append(shown.replace("|", "\\|"))
+        cells = [
+            _shown(row.get(r, Cell(NOT_APPLICABLE, "release not run")), REPRODUCED)
+            for r in releases
+        ]
         lines.append(f"| `{check}` | " + " | ".join(cells) + " |")
+    if differing is not None:
+        lines += [
+            "",
+            "## Other checks whose outcome differs between releases",
+            "",
+            "No deviation pins these: each release's outcome (pass, fail, skip, error) and, "
+            "where it is not a pass, its reason.",
+            "",
+        ]
+        if differing:
+            lines += ["| check | " + " | ".join(releases) + " |", "|---|" + "---|" * len(releases)]
+            for check, row in differing.items():
+                cells = [_shown(row.get(r, Cell("not run")), "pass") for r in releases]
+                lines.append(f"| `{check}` | " + " | ".join(cells) + " |")
+        else:
+            lines.append("None: every other check has one outcome on every release that runs it.")
     lines += ["", "## Findings (`reports/findings/`)", ""]
     names = [r for r in releases if r in findings]
     if names:
@@ -193,19 +234,26 @@ def main(argv: list[str] | None = None) -> int:
         d for name in DEVIATION_FILES for d in load_deviations(deviations_path(name)).values()
     ]
     matrix = deviation_matrix(deviations, by_release)
+    differing = differing_checks(by_release, frozenset(d.check for d in deviations))
     findings: dict[str, list[FindingRun]] = {}
     if not args.no_findings:
         found = scripts()
         findings = {r.name: run_all(found, python=r.python) for r in installed_releases()}
         releases += [r for r in findings if r not in releases]
     shown = "nemotron-vl-releases " + " ".join(own + (["--", *extra] if extra else []))
-    (out_dir / "releases.md").write_text(render(matrix, findings, releases, shown.strip()))
+    (out_dir / "releases.md").write_text(
+        render(matrix, findings, releases, shown.strip(), differing)
+    )
     (out_dir / "releases.json").write_text(
         json.dumps(
             {
                 "releases": releases,
                 "deviations": {
                     check: {r: asdict(c) for r, c in row.items()} for check, row in matrix.items()
+                },
+                "differing": {
+                    check: {r: asdict(c) for r, c in row.items()}
+                    for check, row in differing.items()
                 },
                 "findings": {
                     r: {run.name: str(run.status) for run in runs} for r, runs in findings.items()

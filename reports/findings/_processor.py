@@ -64,13 +64,16 @@ class Folders:
     dtype its weights are saved in, its config's ``torch_dtype``) and LoRA adapter folders for
     it, by the names ``nemotron-vl-checkpoint --adapter NAME DIR`` writes them under;
     ``video_aspect_patches``: video frames resized to about that many patches keeping their
-    aspect ratio (``vision_config.video_target_num_patches``, ``video_maintain_aspect_ratio``)."""
+    aspect ratio (``vision_config.video_target_num_patches``, ``video_maintain_aspect_ratio``);
+    ``hidden_size``: the language model's width (128 for vLLM's CPU attention, whose heads must
+    be 32 wide or more: the engine's findings)."""
 
     dynamic: bool = False
     max_model_len: int = DEFAULT_MAX_MODEL_LEN
     adapters: tuple[str, ...] = ()
     checkpoint_dtype: str = DEFAULT_CHECKPOINT_DTYPE
     video_aspect_patches: int | None = None
+    hidden_size: int = HIDDEN_SIZE
 
     @property
     def checkpoint_path(self) -> str:
@@ -85,6 +88,7 @@ class Folders:
                 else f"-{DTYPE_SHORT_NAMES.get(self.checkpoint_dtype, self.checkpoint_dtype)}"
             )
             + ("" if self.video_aspect_patches is None else "-video-aspect")
+            + ("" if self.hidden_size == HIDDEN_SIZE else f"-d{self.hidden_size}")
         )
 
     def adapter_path(self, name: str) -> str:
@@ -101,6 +105,8 @@ class Folders:
             words.append(f"--checkpoint-dtype {self.checkpoint_dtype}")
         if self.video_aspect_patches is not None:
             words.append(f"--video-aspect-patches {self.video_aspect_patches}")
+        if self.hidden_size != HIDDEN_SIZE:
+            words.append(f"--hidden-size {self.hidden_size}")
         words += [f"--adapter {name} {self.adapter_path(name)}" for name in self.adapters]
         return " ".join(words)
 
@@ -172,6 +178,12 @@ class Folders:
                 f"{str(folder)!r} resizes video frames to {_frame_target(aspect)}; this finding "
                 f"needs {_frame_target(self.video_aspect_patches)}: {write}"
             )
+        width = config.get("text_config", {}).get("hidden_size")
+        if width != self.hidden_size:
+            parser.error(
+                f"{str(folder)!r} has a language model {width} wide; this finding needs "
+                f"{self.hidden_size}: {write}"
+            )
 
     def _written_by_the_harness(self) -> tuple[Path, list[Path]]:
         sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
@@ -185,6 +197,7 @@ class Folders:
             checkpoint_dtype=self.checkpoint_dtype,  # type: ignore[arg-type]
             video_target_num_patches=self.video_aspect_patches,
             video_maintain_aspect_ratio=self.video_aspect_patches is not None,
+            hidden_size=self.hidden_size,
         )
         adapters: list[Path] = []
         if self.adapters:

