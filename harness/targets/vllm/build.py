@@ -196,12 +196,15 @@ def build_and_load(
     try:
         with without_packed_cpu_kernels(), set_current_vllm_config(vllm_config):
             process_weights_after_loading(model, model_config, torch.device("cpu"))
-    except AttributeError as e:
-        if model_config.quantization == "fp8" and "'_C'" in str(e):
+    except (AttributeError, RuntimeError) as e:
+        # The CUDA wheel on a CPU lacks the op (AttributeError); the CPU build registers it
+        # without its arguments (RuntimeError: "_C::static_scaled_fp8_quant() expected at most 0
+        # argument(s)").
+        if model_config.quantization == "fp8" and "_C" in str(e):
             raise NeedsCuda(
-                f"vLLM's fp8 post-load step raised AttributeError: {e} (it needs vLLM's compiled "
-                "ops, vllm._C, which a CPU install from PyPI lacks: fp8 checkpoints serve on a "
-                "CUDA vLLM target)"
+                f"vLLM's fp8 post-load step raised {type(e).__name__}: {e} (it needs vLLM's "
+                "compiled CUDA ops, vllm._C, which a CPU install lacks: fp8 checkpoints serve on "
+                "a CUDA vLLM target)"
             ) from e
         raise
     timings.post_load_s = time.perf_counter() - start
