@@ -125,6 +125,30 @@ def test_adapters_interleaved_in_one_batch_match_the_reference(
     assert changed, "no adapter changed an answer: the check cannot see an adapter dropped"
 
 
+@pytest.mark.self_consistency("each request of the interleaved batch against the same alone")
+def test_each_request_of_the_interleaved_batch_answers_as_alone(
+    served: Served, measure: Measure
+) -> None:
+    """Each request's adapter, or none, is its own inside a batch that names others: its answer
+    against the same request served alone by the same engine, within the batched-vs-alone
+    bound (the reference's bound is wide enough for another adapter's delta to stay under)."""
+    engine = served.target.engine(ENGINE_SPEC, LORA)
+    adapters = [served_adapter(name) if name else None for _, name, _ in BATCH]
+    prompts = [engine_prompt(form_request(form)[1]) for form, _, _ in BATCH]
+    batched = engine.generate(prompts, DECODED_ONLY, adapters)
+    bound = engine_bound("batched-vs-alone").value
+    largest, problems = 0.0, []
+    for (form, name, _), adapter, prompt, answer in zip(
+        BATCH, adapters, prompts, batched, strict=True
+    ):
+        alone = engine.generate([prompt], DECODED_ONLY, [adapter])[0]
+        difference, found = compare_answers(alone, answer, bound)
+        largest = max(largest, difference)
+        problems += [f"{form} with {name or 'no adapter'}: {p}" for p in found]
+    measure("interleaved batch", {"largest_logprob_difference": largest, "bound": bound})
+    assert not problems, "inside the interleaved batch: " + "; ".join(problems)
+
+
 @pytest.mark.parametrize(("form", "name", "path"), [b for b in BATCH if b[1]], ids=lambda v: str(v))
 def test_prompt_logprobs_with_an_adapter_match_the_reference(
     served: Served, form: str, name: str, path: str
