@@ -15,8 +15,9 @@
   conformance report, Markdown and JSON;
 - ``deviations``: the known-deviation files of ``fixtures/deviations/``;
 - ``gate``: the pull-request gate (``nemotron-vl-gate``), a base and a head of vLLM compared;
-- ``findings``: the reproductions of vLLM bugs against the installed vLLM
-  (``nemotron-vl-findings``);
+- ``findings``: the reproductions of vLLM bugs against every installed vLLM
+  (``nemotron-vl-findings``); ``releases``: the release matrix, every pinned deviation and
+  finding per installed release (``nemotron-vl-releases``);
 - ``bench_report``: speed goals over benchmarks (``nemotron-vl-bench-report``);
 - ``speed``: how long a user waits for the main job and the gate (``nemotron-vl-speed``);
 - ``flakes``: the flake hunt, main jobs under varied threads, orders and groupings, and every

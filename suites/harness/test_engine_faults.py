@@ -14,6 +14,7 @@ import os
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -39,18 +40,28 @@ SELECTION = (
 CHECK_TIMEOUT_S = 120
 
 
-def engine_processes() -> dict[int, str]:
-    """The processes that are vLLM engine cores or workers (``VLLM::EngineCore``, ...)."""
+#: Set in the main job's environment, which every process it starts inherits (vLLM's engine
+#: processes are spawned with it): the processes of this run, told from any other's.
+RUN_MARK = "NEMOTRON_VL_ENGINE_FAULT_RUN"
+
+
+def engine_processes(mark: str) -> dict[int, str]:
+    """The vLLM engine cores and workers (``VLLM::EngineCore``, ...) still running whose
+    environment holds ``RUN_MARK=mark``."""
     found = {}
+    wanted = f"{RUN_MARK}={mark}".encode()
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
             command = (entry / "cmdline").read_bytes().split(b"\0")[0].decode(errors="replace")
             state = (entry / "stat").read_text().rpartition(")")[2].split()[0]
+            if not command.startswith("VLLM::") or state == "Z":
+                continue
+            environment = (entry / "environ").read_bytes().split(b"\0")
         except (OSError, IndexError):
             continue
-        if command.startswith("VLLM::") and state != "Z":
+        if wanted in environment:
             found[int(entry.name)] = command
     return found
 
@@ -59,7 +70,7 @@ def test_a_hanging_engine_times_out_its_check_and_leaves_no_process(tmp_path: Pa
     python = engine_python()
     if python is None:
         pytest.skip("no CPU build environment (.nox/engine): nox -s tests builds it")
-    before = engine_processes()
+    mark = uuid.uuid4().hex
     mutant = write_mutant("image-parser-deadlocks", tmp_path / "src")
     out = tmp_path / "reports"
     command = [
@@ -68,7 +79,7 @@ def test_a_hanging_engine_times_out_its_check_and_leaves_no_process(tmp_path: Pa
         *(f"--check-timeout={CHECK_TIMEOUT_S}", "--groups=1", "--max-restarts=2"),
         *("--", "-k", SELECTION),
     ]
-    env = {**os.environ, ENGINE_PYTHON_ENV: str(python)}
+    env = {**os.environ, ENGINE_PYTHON_ENV: str(python), RUN_MARK: mark}
     done = subprocess.run(
         command, cwd=ROOT, env=env, capture_output=True, text=True, check=False, timeout=900
     )
@@ -81,6 +92,6 @@ def test_a_hanging_engine_times_out_its_check_and_leaves_no_process(tmp_path: Pa
     assert outcomes.get(AFTER) == "xfail", (outcomes, output)  # its pinned cause, after the hang
     assert done.returncode == 1, output
     deadline = time.monotonic() + 30
-    while (left := set(engine_processes()) - set(before)) and time.monotonic() < deadline:
+    while (left := engine_processes(mark)) and time.monotonic() < deadline:
         time.sleep(0.5)
-    assert not left, f"engine processes left by the run: {engine_processes()}"
+    assert not left, f"engine processes left by the run: {left}"
