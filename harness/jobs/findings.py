@@ -262,7 +262,12 @@ def render_releases(by_release: dict[str, list[FindingRun]], links_from: Path = 
     ]
     for k, run in enumerate(first):
         statuses = " | ".join(str(by_release[name][k].status) for name in names)
-        said = run.said.replace("|", "\\|")[:300]
+        # What a release that could run it said (the first such), else the first release.
+        told = next(
+            (by_release[n][k] for n in names if by_release[n][k].status != Status.NOT_APPLICABLE),
+            run,
+        )
+        said = told.said.replace("|", "\\|")[:300]
         issue = _issue_cell(run, links_from).replace("|", "\\|")
         lines.append(f"| `reports/findings/{run.name}.py` | {statuses} | {said} | {issue} |")
     return "\n".join(lines) + "\n"

