@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from _engine import ENGINE_HIDDEN_SIZE, cpu_build_missing, engine, not_applicable
 from _processor import Folders, reproduce_silent
@@ -42,8 +43,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     greedy = SamplingParams(temperature=0.0, max_tokens=8, logprobs=1)
     one, two = LoRARequest("one", 1, str(first)), LoRARequest("two", 2, str(second))
 
-    def logprobs(output: object) -> list[float]:
-        completion = output.outputs[0]  # type: ignore[attr-defined]
+    def logprobs(output: Any) -> list[float]:  # a vLLM RequestOutput
+        completion = output.outputs[0]
         return [e[t].logprob for t, e in zip(completion.token_ids, completion.logprobs)]
 
     # vllm serve FOLDER --enable-lora --max-loras 2 --max-lora-rank 8

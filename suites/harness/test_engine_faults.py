@@ -9,8 +9,10 @@ check, and no engine process of the run is left.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -80,18 +82,37 @@ def test_a_hanging_engine_times_out_its_check_and_leaves_no_process(tmp_path: Pa
         *("--", "-k", SELECTION),
     ]
     env = {**os.environ, ENGINE_PYTHON_ENV: str(python), RUN_MARK: mark}
-    done = subprocess.run(
-        command, cwd=ROOT, env=env, capture_output=True, text=True, check=False, timeout=900
+    # A session of its own: whatever happens here, the job and every process it started are
+    # stopped with their group.
+    job = subprocess.Popen(
+        command,
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
     )
-    output = (done.stdout + done.stderr)[-3000:]
-    report = json.loads((out / "conformance.json").read_text())
-    (target,) = report["targets"]
-    incidents = [(i["kind"], i["check"]) for i in target["incidents"]]
-    assert ("timeout", HANGS) in incidents, (incidents, output)
-    outcomes = {c["id"]: next(iter(c["results"].values()))["outcome"] for c in report["checks"]}
-    assert outcomes.get(AFTER) == "xfail", (outcomes, output)  # its pinned cause, after the hang
-    assert done.returncode == 1, output
-    deadline = time.monotonic() + 30
-    while (left := engine_processes(mark)) and time.monotonic() < deadline:
-        time.sleep(0.5)
-    assert not left, f"engine processes left by the run: {left}"
+    try:
+        output = job.communicate(timeout=900)[0][-3000:]
+        report = json.loads((out / "conformance.json").read_text())
+        (target,) = report["targets"]
+        incidents = [(i["kind"], i["check"]) for i in target["incidents"]]
+        assert ("timeout", HANGS) in incidents, (incidents, output)
+        outcomes = {c["id"]: next(iter(c["results"].values()))["outcome"] for c in report["checks"]}
+        # Its pinned cause, in the process started after the hang.
+        assert outcomes.get(AFTER) == "xfail", (outcomes, output)
+        assert job.returncode == 1, output
+        deadline = time.monotonic() + 30
+        while (left := engine_processes(mark)) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert not left, f"engine processes left by the run: {left}"
+    finally:  # after the check for leftovers, which this must not hide
+        # The job's own group, then any engine process of the run (each target runs in a
+        # session of its own).
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(job.pid, signal.SIGKILL)
+        job.wait()
+        for pid in engine_processes(mark):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
