@@ -213,7 +213,7 @@ def command(session: nox.Session, name: str, *args: str, env: dict[str, str] | N
 TEST_STREAMS: dict[str, list[tuple[str, list[str]]]] = {
     "end-to-end": [
         ("junit-tests-slow.xml", ["suites", "-m", "slow and not gpu and not fuzz and not bench"]),
-        ("junit-tests-engine.xml", ["suites/engine", "--target=vllm-engine"]),
+        ("junit-tests-engine.xml", ["suites/engine", "suites/server", "--target=vllm-engine"]),
     ],
     "the rest": [
         (

@@ -208,7 +208,7 @@ def _run_group(
             runtime.python,
             "-m",
             "pytest",
-            runtime.suite,
+            *runtime.suites,
             f"--target={selector}",
             f"--device={device}",
             f"--results-json={results_path}",

@@ -2,9 +2,10 @@
 
 Most targets run ``suites/conformance`` in this environment, forked from a server that imported
 torch (and vLLM) once (:mod:`harness.jobs.forkserver`). The ``vllm-engine`` target runs the engine
-checks (``suites/engine``) in the CPU build's environment, a Python of its own (``.nox/engine``,
-built by nox; :data:`ENGINE_PYTHON_ENV` names another), started afresh: no fork server holds
-that environment's vLLM; ``vllm-cpu`` runs ``suites/conformance`` there. Standard library only.
+checks (``suites/engine``) and the server's (``suites/server``) in the CPU build's environment, a
+Python of its own (``.nox/engine``, built by nox; :data:`ENGINE_PYTHON_ENV` names another),
+started afresh: no fork server holds that environment's vLLM; ``vllm-cpu`` runs
+``suites/conformance`` there. Standard library only.
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ ENGINE_ENV = ROOT / ".nox" / "engine"
 #: A variable naming the engine environment's Python instead of :data:`ENGINE_ENV`'s.
 ENGINE_PYTHON_ENV = "NEMOTRON_VL_ENGINE_PYTHON"
 CONFORMANCE_SUITE = "suites/conformance"
-ENGINE_SUITE = "suites/engine"
+#: The engine target's suites: its engines (``vllm.LLM``), then its servers (``vllm serve``).
+ENGINE_SUITES = ("suites/engine", "suites/server")
 
 
 class RuntimeMissing(RuntimeError):
@@ -36,11 +38,11 @@ class RuntimeMissing(RuntimeError):
 
 @dataclass(frozen=True)
 class TargetRuntime:
-    """A target's Python, the suite its checks are in, and its fork server's kind (None: its
+    """A target's Python, the suites its checks are in, and its fork server's kind (None: its
     processes start afresh)."""
 
     python: str
-    suite: str
+    suites: tuple[str, ...]
     fork_kind: str | None
 
 
@@ -69,5 +71,6 @@ def runtime_of(selector: str) -> TargetRuntime:
                 f"{os.environ.get(ENGINE_PYTHON_ENV) or ENGINE_ENV} (nox -s conformance builds "
                 f"it; {ENGINE_PYTHON_ENV} names another), found none"
             )
-        return TargetRuntime(str(python), ENGINE_SUITE if engine else CONFORMANCE_SUITE, None)
-    return TargetRuntime(sys.executable, CONFORMANCE_SUITE, kind_of(selector))
+        suites = ENGINE_SUITES if engine else (CONFORMANCE_SUITE,)
+        return TargetRuntime(str(python), suites, None)
+    return TargetRuntime(sys.executable, (CONFORMANCE_SUITE,), kind_of(selector))

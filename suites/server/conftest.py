@@ -1,0 +1,176 @@
+"""The server checks' fixtures: vLLM's OpenAI-compatible server of the ``vllm-engine`` target,
+the requests it is sent (each catalogue form the API can carry), and each request's answer from
+the server and from the target's engine, kept (one request serves every check that reads it).
+
+The server's answer to a chat request is compared with the engine's (``vllm.LLM``, the same
+options) for the prompt the chat template renders, as transformers renders it from the folder's
+template: the API adds and loses nothing. The engine's own answers are checked against the
+reference by ``suites/engine``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harness.checkpoints.cache import checkpoint_folder
+from harness.inputs.media import video_file_without_audio
+from harness.inputs.requests import Request
+from harness.oracles.language_model import ReferenceLanguageModel
+from harness.targets.engine import (
+    DEFAULT_OPTIONS,
+    ENGINE_SPEC,
+    EngineOutput,
+    EngineTarget,
+    Sampling,
+    engine_prompt,
+)
+from harness.targets.server import Server, ServerOptions
+from suites.engine.conftest import SAMPLING, Measure, engine_target, form_request, measure
+
+__all__ = ["engine_target", "measure"]
+
+#: A video file's request: the API carries files, not decoded frames.
+VIDEO_FILE = Request("What happens in <video>?", videos=[video_file_without_audio(3)])
+
+
+@functools.cache
+def server_request(form: str) -> Request:
+    """A form's request as the server checks send it: the engine checks' request, with a video
+    file where the catalogue's holds decoded frames."""
+    if form == "video-file":
+        return VIDEO_FILE
+    if form == "mixed":
+        mixed = form_request("mixed")[1]
+        return dataclasses.replace(mixed, videos=list(VIDEO_FILE.videos))
+    return form_request(form)[1]
+
+
+#: The forms a chat request carries, each through every delivery of the API.
+CHAT_FORMS = ("text", "images-pil", "video-file", "audios", "mixed", "video-audio-in-video")
+
+
+@dataclass
+class Chat:
+    """The target's server and engine on the engine's default variant, each request's answers
+    kept."""
+
+    target: EngineTarget
+    media_folder: Path
+    _answers: dict[tuple[str, str], EngineOutput | Exception] = field(default_factory=dict)
+
+    @property
+    def options(self) -> ServerOptions:
+        """The default server: the engine's default options, local media from
+        :attr:`media_folder`, a request's own processor options trusted."""
+        return ServerOptions(
+            DEFAULT_OPTIONS,
+            allowed_local_media_path=self.media_folder,
+            trust_request_mm_kwargs=True,
+        )
+
+    def server(self) -> Server:
+        return self.target.server(ENGINE_SPEC, self.options)
+
+    @functools.cached_property
+    def oracle(self) -> ReferenceLanguageModel:
+        """The fp32 reference of the default variant: its processor is the prompts' oracle."""
+        return ReferenceLanguageModel(
+            checkpoint_folder(ENGINE_SPEC), ENGINE_SPEC, DEFAULT_OPTIONS.max_model_len
+        )
+
+    @functools.cached_property
+    def tokenizer(self) -> Any:
+        from transformers import PreTrainedTokenizerFast
+
+        return PreTrainedTokenizerFast.from_pretrained(checkpoint_folder(ENGINE_SPEC))
+
+    def rendered(self, request: Request) -> Request:
+        """``request`` with its prompt as one user turn through the folder's chat template, as
+        transformers renders it (the generation prompt added)."""
+        turn = [{"role": "user", "content": request.prompt}]
+        text = self.tokenizer.apply_chat_template(turn, tokenize=False, add_generation_prompt=True)
+        return dataclasses.replace(request, prompt=str(text))
+
+    def _kept(self, key: tuple[str, str], ask: Any) -> EngineOutput:
+        if key not in self._answers:
+            try:
+                self._answers[key] = ask()
+            except Exception as e:  # kept: every check reading it fails with the same cause
+                self._answers[key] = e
+        answer = self._answers[key]
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    def engine_answer(self, form: str) -> EngineOutput:
+        """The engine's answer to ``form``'s rendered prompt, alone."""
+        request = self.rendered(server_request(form))
+
+        def ask() -> EngineOutput:
+            engine = self.target.engine(ENGINE_SPEC, DEFAULT_OPTIONS)
+            return engine.generate([engine_prompt(request)], SAMPLING)[0]
+
+        return self._kept(("engine", form), ask)
+
+    def served(self, form: str, delivery: str = "data-url") -> EngineOutput:
+        """The server's answer to ``form``'s chat request, alone: media as data URLs
+        (``data-url``), the same streamed (``stream``), or media as local files
+        (``local-file``)."""
+        request = server_request(form)
+
+        def ask() -> EngineOutput:
+            server = self.server()
+            if delivery == "stream":
+                return server.chat(request, SAMPLING, stream=True)
+            folder = self.media_folder if delivery == "local-file" else None
+            return server.chat(request, SAMPLING, media_folder=folder)
+
+        return self._kept((delivery, form), ask)
+
+
+def prompt_difference(
+    tokenizer: Any, served: list[int], expected: list[int], whose: str
+) -> str | None:
+    """Where the server's prompt token ids first differ from ``whose`` (None: they do not), each
+    side's token there by name."""
+    if served == expected:
+        return None
+    pairs = zip(served, expected, strict=False)
+    at = next((i for i, (a, b) in enumerate(pairs) if a != b), min(len(served), len(expected)))
+
+    def name(ids: list[int]) -> str:
+        return repr(tokenizer.convert_ids_to_tokens(ids[at])) if at < len(ids) else "the end"
+
+    return (
+        f"the server's prompt has {len(served)} tokens, {whose} {len(expected)}; the first "
+        f"difference at position {at}: {name(served)} where {whose} has {name(expected)}"
+    )
+
+
+def without_prompt_logprobs(answer: EngineOutput) -> EngineOutput:
+    """``answer`` as a stream has it: no prompt log-probabilities."""
+    return dataclasses.replace(answer, prompt_logprobs=[None] * len(answer.prompt_token_ids))
+
+
+@pytest.fixture(scope="session")
+def chat(engine_target: EngineTarget, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Chat]:
+    """The answers, kept for the session; the servers and engines stopped when it ends."""
+    yield Chat(engine_target, tmp_path_factory.mktemp("server-media"))
+    engine_target.shutdown_engines()
+
+
+__all__ += [
+    "CHAT_FORMS",
+    "Chat",
+    "Measure",
+    "Sampling",
+    "server_request",
+    "without_prompt_logprobs",
+]

@@ -1,0 +1,90 @@
+"""Chat and completion requests through vLLM's OpenAI-compatible server, with the official
+``openai`` client: every media form the API carries (images, a video file, audio, all mixed, a
+video file with its audio track, given embeddings), as data URLs, streamed, and as local files;
+text prompts and token ids through ``/v1/completions``.
+
+Each answer is the engine's (``vllm.LLM`` with the same options) for the prompt the chat
+template renders, within the batching bound (``batched-vs-alone``: the server batches as it
+likes); the prompt's token ids are the reference processor's for that rendered prompt.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from harness.oracles.decoding import compare_answers
+from harness.oracles.engine_bounds import engine_bound
+from harness.targets.engine import DEFAULT_OPTIONS, ENGINE_SPEC, EngineTarget, engine_prompt
+from suites.engine.conftest import SAMPLING, TEXT
+from suites.server.conftest import (
+    CHAT_FORMS,
+    Chat,
+    Measure,
+    prompt_difference,
+    server_request,
+    without_prompt_logprobs,
+)
+
+#: Given embeddings (``--enable-mm-embeds``, the default server's): the API's ``image_embeds``.
+EMBEDS_FORMS = ("image-embeds-stacked",)
+DELIVERIES = ("data-url", "stream", "local-file")
+#: Forms whose media a local file can carry (given embeddings have no file form).
+FILE_FORMS = ("images-pil", "video-file", "audios", "mixed")
+
+
+def _cases() -> list[tuple[str, str]]:
+    cases = [(form, "data-url") for form in (*CHAT_FORMS, *EMBEDS_FORMS)]
+    cases += [(form, "stream") for form in CHAT_FORMS]
+    cases += [(form, "local-file") for form in FILE_FORMS]
+    return cases
+
+
+@pytest.mark.parametrize(("form", "delivery"), _cases(), ids=[f"{f}-{d}" for f, d in _cases()])
+def test_a_chat_request_answers_as_the_engine(
+    chat: Chat, form: str, delivery: str, measure: Measure
+) -> None:
+    served = chat.served(form, delivery)
+    expected = chat.engine_answer(form)
+    if delivery == "stream":
+        expected = without_prompt_logprobs(expected)
+    differ = prompt_difference(
+        chat.tokenizer, served.prompt_token_ids, expected.prompt_token_ids, "the engine's"
+    )
+    assert differ is None, f"{form} ({delivery}): {differ}"
+    bound = engine_bound("batched-vs-alone").value
+    difference, problems = compare_answers(expected, served, bound)
+    measure(
+        f"{form} {delivery}",
+        {
+            "prompt_tokens": len(served.prompt_token_ids),
+            "tokens": len(served.tokens),
+            "largest_logprob_difference": difference,
+            "bound": bound,
+        },
+    )
+    assert not problems, f"{form} ({delivery}) against the engine: " + "; ".join(problems)
+    assert served.finish_reason == "length", served.finish_reason
+
+
+@pytest.mark.parametrize("form", CHAT_FORMS)
+def test_the_chat_template_renders_the_reference_processors_prompt(chat: Chat, form: str) -> None:
+    served = chat.served(form)
+    expected = list(chat.oracle.process(chat.rendered(server_request(form))).input_ids)
+    differ = prompt_difference(
+        chat.tokenizer, served.prompt_token_ids, expected, "the reference processor's"
+    )
+    assert differ is None, f"{form}, rendered by the chat template: {differ}"
+
+
+@pytest.mark.parametrize("prompt", ["text", "token-ids"])
+def test_a_completion_answers_as_the_engine(
+    chat: Chat, engine_target: EngineTarget, prompt: str, measure: Measure
+) -> None:
+    engine = engine_target.engine(ENGINE_SPEC, DEFAULT_OPTIONS)
+    expected = engine.generate([engine_prompt(TEXT)], SAMPLING)[0]
+    sent = TEXT.prompt if prompt == "text" else expected.prompt_token_ids
+    served = chat.server().complete(sent, SAMPLING)
+    bound = engine_bound("batched-vs-alone").value
+    difference, problems = compare_answers(expected, served, bound)
+    measure(f"completion {prompt}", {"largest_logprob_difference": difference, "bound": bound})
+    assert not problems, f"/v1/completions ({prompt}) against the engine: " + "; ".join(problems)
