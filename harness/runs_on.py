@@ -12,9 +12,13 @@ LORA_MANAGER = "LoRA manager"
 REAL_PROCESSING_INFO = "real processing info"
 FUNCTIONS = "classes and functions"
 ENGINE = "engine"
+SERVER = "server"
 
 #: Each category with what it means, in the report's order.
 RUNS_ON = {
+    SERVER: "a user's request over HTTP through vLLM's OpenAI-compatible server (vllm serve, the "
+    "official openai client): the API's content parts, the chat template, the server's tokenizer "
+    "and processor under concurrent requests, its whole engine behind it",
     ENGINE: "a user's request through the target's whole engine (vLLM's LLM, its engine core in a "
     "process of its own): processor, scheduler, caches, model runner and language model",
     REQUEST_PATH: "a user's request through the target's engine: its processor, batching and "

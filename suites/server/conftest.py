@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -52,6 +53,23 @@ def server_request(form: str) -> Request:
     return form_request(form)[1]
 
 
+#: Two layers, Mamba then attention, in transformers 5's form of NemotronHConfig (the engine
+#: checks' ``layers-block-type`` case), with vLLM's dummy weights, as a CI job serves a
+#: minimal-layer model from the command line: ``--hf-overrides JSON --load-format dummy``.
+MINIMAL_LAYERS = {"text_config": {"layers_block_type": ["linear_attention", "full_attention"]}}
+#: The server a minimal-layer CI run starts, with what a user may leave off or cap: no given
+#: embeddings (``--no-enable-mm-embeds``), one image per prompt, a request's own processor
+#: options not trusted (vLLM's default).
+RESTRICTED = ServerOptions(
+    dataclasses.replace(
+        DEFAULT_OPTIONS,
+        hf_overrides=json.dumps(MINIMAL_LAYERS),
+        load_format="dummy",
+        enable_mm_embeds=False,
+        limit_mm_per_prompt=(("image", 1),),
+    )
+)
+
 #: The forms a chat request carries, each through every delivery of the API.
 CHAT_FORMS = ("text", "images-pil", "video-file", "audios", "mixed", "video-audio-in-video")
 
@@ -77,6 +95,16 @@ class Chat:
 
     def server(self) -> Server:
         return self.target.server(ENGINE_SPEC, self.options)
+
+    def restricted(self) -> Server:
+        """The server a CI job's minimal-layer run gets (:data:`RESTRICTED`)."""
+        return self.target.server(ENGINE_SPEC, RESTRICTED)
+
+    def restricted_answer(self, form: str) -> EngineOutput:
+        """The restricted server's answer to ``form``'s chat request, alone."""
+        return self._kept(
+            ("restricted", form), lambda: self.restricted().chat(server_request(form), SAMPLING)
+        )
 
     @functools.cached_property
     def oracle(self) -> ReferenceLanguageModel:
@@ -168,6 +196,8 @@ def chat(engine_target: EngineTarget, tmp_path_factory: pytest.TempPathFactory) 
 
 __all__ += [
     "CHAT_FORMS",
+    "MINIMAL_LAYERS",
+    "RESTRICTED",
     "Chat",
     "Measure",
     "Sampling",

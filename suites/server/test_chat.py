@@ -25,6 +25,8 @@ from suites.server.conftest import (
     without_prompt_logprobs,
 )
 
+pytestmark = pytest.mark.concern("server")
+
 #: Given embeddings (``--enable-mm-embeds``, the default server's): the API's ``image_embeds``.
 EMBEDS_FORMS = ("image-embeds-stacked",)
 DELIVERIES = ("data-url", "stream", "local-file")

@@ -7,12 +7,16 @@ from __future__ import annotations
 
 import dataclasses
 
+import pytest
+
 from harness.oracles.decoding import compare_answers
 from harness.oracles.engine_bounds import engine_bound
 from harness.targets.engine import DEFAULT_OPTIONS, ENGINE_SPEC, EngineTarget
 from harness.targets.server import ServerOptions
 from suites.engine.conftest import SAMPLING
 from suites.server.conftest import Chat, server_request
+
+pytestmark = pytest.mark.concern("server")
 
 #: vLLM's defaults: no prefix-caching flag at all.
 VLLM_DEFAULTS = ServerOptions(dataclasses.replace(DEFAULT_OPTIONS, enable_prefix_caching=None))

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 from harness.checkpoints.cache import checkpoint_folder
 from harness.checkpoints.spec import ModelSpec
-from harness.runs_on import ENGINE
+from harness.runs_on import ENGINE, SERVER
 from harness.targets.base import TargetIdentity, TargetUnavailable
 from harness.targets.engine.engine import Engine
 from harness.targets.engine.options import DEFAULT_OPTIONS, EngineOptions
@@ -96,7 +96,9 @@ class EngineTarget(VllmTarget):
         return dataclasses.replace(found, name=self.name, version=version)
 
     def runs_on(self, concern: str) -> str:
-        return ENGINE if concern == "engine" else super().runs_on(concern)
+        if concern in (ENGINE, SERVER):
+            return concern
+        return super().runs_on(concern)
 
     # Engines -----------------------------------------------------------------------------
 

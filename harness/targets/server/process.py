@@ -254,6 +254,24 @@ class Server:
             chunks = [c.model_dump() for c in completions.create(stream=True, **arguments)]
             return streamed_chat_answer(chunks)
 
+    async def chat_async(
+        self, client: Any, request: Request, sampling: Sampling, *, adapter: str | None = None
+    ) -> EngineOutput:
+        """:meth:`chat` (not streamed) through ``client``, the ``openai`` client's
+        ``AsyncOpenAI`` on this server (:meth:`async_client`)."""
+        body = chat_body(request, sampling, model=adapter or SERVED_MODEL)
+        with self.failures_explained():
+            answer = await client.chat.completions.create(**client_arguments(body))
+        return chat_answer(answer.model_dump())
+
+    def async_client(self, timeout_s: float = REQUEST_TIMEOUT_S) -> Any:
+        """The official ``openai`` client's ``AsyncOpenAI`` on this server (no retries)."""
+        import openai
+
+        return openai.AsyncOpenAI(
+            base_url=self.base_url, api_key="EMPTY", timeout=timeout_s, max_retries=0
+        )
+
     def complete(
         self, prompt: str | Sequence[int], sampling: Sampling, *, adapter: str | None = None
     ) -> EngineOutput:
