@@ -13,6 +13,8 @@ from harness.targets.engine.options import DEFAULT_OPTIONS, EngineOptions
 SERVED_MODEL = "nemotron-vl"
 #: The variable vLLM reads to allow loading and unloading adapters through its endpoints.
 RUNTIME_LORA_UPDATING_ENV = "VLLM_ALLOW_RUNTIME_LORA_UPDATING"
+#: The variable that turns vLLM's development endpoints on.
+DEV_MODE_ENV = "VLLM_SERVER_DEV_MODE"
 
 
 @dataclass(frozen=True)
@@ -30,6 +32,11 @@ class ServerOptions:
     #: ``--trust-request-mm-kwargs``: a request's own ``mm_processor_kwargs`` (its tile limit,
     #: ``use_audio_in_video``) are refused without it.
     trust_request_mm_kwargs: bool = False
+    #: vLLM's development endpoints (``VLLM_SERVER_DEV_MODE``), among them ``/pause`` and
+    #: ``/resume``, and each request logged as it is added (``--enable-log-requests``): a check
+    #: holds the scheduler until its requests are all queued, so that they are scheduled
+    #: together whatever the order and timing of their arrival.
+    dev_mode: bool = False
 
     def __post_init__(self) -> None:
         if (self.lora_modules or self.runtime_lora_updating) and not self.engine.enable_lora:
@@ -65,11 +72,14 @@ class ServerOptions:
             args += ["--allowed-local-media-path", str(self.allowed_local_media_path)]
         if self.trust_request_mm_kwargs:
             args.append("--trust-request-mm-kwargs")
+        if self.dev_mode:
+            args.append("--enable-log-requests")
         return args
 
     def environment(self) -> dict[str, str]:
         """What the server's processes are started with besides the checks' environment."""
-        return {RUNTIME_LORA_UPDATING_ENV: "True"} if self.runtime_lora_updating else {}
+        added = {RUNTIME_LORA_UPDATING_ENV: "True"} if self.runtime_lora_updating else {}
+        return added | ({DEV_MODE_ENV: "1"} if self.dev_mode else {})
 
 
 #: The configuration a check is served under unless it names another.

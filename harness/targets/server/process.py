@@ -136,6 +136,7 @@ class Server:
         env = {
             **os.environ,
             **environment.CPU,
+            "PYTHONUNBUFFERED": "1",  # the log's tail is what the server has said so far
             **options.environment(),
             **(environment_added or {}),
         }
@@ -280,6 +281,42 @@ class Server:
         with self.failures_explained():
             answer = self.client().completions.create(**client_arguments(body))
         return completion_answer(answer.model_dump())
+
+    @contextlib.contextmanager
+    def scheduled_together(self, count: int, timeout_s: float = 60.0) -> Iterator[None]:
+        """Requests sent inside the block are scheduled together: the scheduler is paused
+        (``/pause?mode=keep``, :attr:`ServerOptions.dev_mode`), and resumed when the block
+        ends, once the server has logged ``count`` requests added to its engine since the block
+        began (the engine core reads its input in order: they are queued before the resume)."""
+        import httpx
+
+        if not self.options.dev_mode:
+            raise ServerError(
+                "scheduled_together: ServerOptions.dev_mode: expected True (vLLM's /pause and "
+                "/resume), got False"
+            )
+        start = self._log_size()
+        response = httpx.post(self.url + "/pause", params={"mode": "keep"}, timeout=30)
+        if response.status_code != 200:
+            raise ServerError(f"/pause: HTTP {response.status_code} {response.text}")
+        try:
+            yield
+            deadline = time.monotonic() + timeout_s
+            while (added := self.added_since(start)) < count:
+                if time.monotonic() > deadline:
+                    raise ServerError(
+                        f"scheduled_together: {added} of {count} requests queued after "
+                        f"{timeout_s:.0f} s{self.tail()}"
+                    )
+                time.sleep(0.05)
+        finally:
+            httpx.post(self.url + "/resume", timeout=30)
+
+    def added_since(self, offset: int) -> int:
+        """Requests the server logged adding to its engine after byte ``offset`` of its log."""
+        with self.log.open("rb") as log:
+            log.seek(offset)
+            return log.read().count(b"] Added request ")
 
     @contextlib.contextmanager
     def failures_explained(self) -> Iterator[None]:
