@@ -679,6 +679,19 @@ def _engine_lines(entries: list[tuple[str, str, dict[str, Any]]]) -> list[str]:
     ]
 
 
+def _server_lines(entries: list[tuple[str, str, dict[str, Any]]]) -> list[str]:
+    """As the engine's, with a failed check's server log tail as a block of its own."""
+    lines: list[str] = []
+    for form, item, numbers in entries:
+        tail = numbers.get("tail")
+        if isinstance(tail, str):
+            lines += [f"- {form}, {item}:", "", "  ```text"]
+            lines += [f"  {line}" for line in tail.splitlines()] + ["  ```", ""]
+        else:
+            lines += _engine_lines([(form, item, numbers)])
+    return lines
+
+
 #: Each kind of measured numbers (a measured entry's ``kind``; parity when it has none): its
 #: heading and how its entries are listed.
 _MEASURED_KINDS: tuple[
@@ -712,6 +725,14 @@ _MEASURED_KINDS: tuple[
         "The engine {} against the reference's language model, or against itself (log-"
         "probability differences in nats, each with its bound; greedy steps agreed):",
         _engine_lines,
+    ),
+    (
+        "server",
+        "The OpenAI-compatible server of {}: what each check sent over HTTP and what came back "
+        "(the status and message of a refusal; log-probability differences in nats against the "
+        "engine's answer to the same prompt, each with its bound; a failed check's server log "
+        "tail):",
+        _server_lines,
     ),
 )
 

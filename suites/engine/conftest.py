@@ -97,12 +97,15 @@ class Measure:
     """What a check measured, by item, into its result (``record_property("measured")``, which
     the report lists per kind: these are ``engine``'s)."""
 
+    #: The report's kind of these numbers.
+    kind = "engine"
+
     def __init__(self, record_property: pytest.RecordProperty) -> None:
         self._record = record_property
         self._items: dict[str, dict[str, object]] = {}
 
     def __call__(self, item: str, numbers: Mapping[str, object]) -> None:
-        self._items[item] = {"kind": "engine", **numbers}
+        self._items[item] = {"kind": self.kind, **numbers}
         self._record("measured", dict(self._items))
 
 

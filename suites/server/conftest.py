@@ -33,9 +33,44 @@ from harness.targets.engine import (
     engine_prompt,
 )
 from harness.targets.server import Server, ServerOptions
-from suites.engine.conftest import SAMPLING, Measure, engine_target, form_request, measure
+from suites.engine.conftest import SAMPLING, Measure, engine_target, form_request
 
-__all__ = ["engine_target", "measure"]
+__all__ = ["engine_target"]
+
+
+class ServerMeasure(Measure):
+    """What a server check sent and measured, into its result: the report lists these as the
+    server's."""
+
+    kind = "server"
+
+
+@pytest.fixture
+def measure(record_property: pytest.RecordProperty) -> ServerMeasure:
+    return ServerMeasure(record_property)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """A failed server check carries the tail of each running server's log into its result
+    (the report's server section) and its output."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.when != "call" or not report.failed:
+        return
+    from harness.targets.server.process import running_servers
+
+    tails = {f"log tail {s.url}": s.log_tail() for s in running_servers()}
+    if not tails:
+        return
+    properties = dict(report.user_properties)
+    measured = dict(properties.get("measured") or {})
+    for name, tail in tails.items():
+        measured[name] = {"kind": "server", "tail": tail}
+        report.sections.append((f"vllm serve {name}", tail))
+    report.user_properties = [(k, v) for k, v in report.user_properties if k != "measured"]
+    report.user_properties.append(("measured", measured))
+
 
 #: A video file's request: the API carries files, not decoded frames.
 VIDEO_FILE = Request("What happens in <video>?", videos=[video_file_without_audio(3)])

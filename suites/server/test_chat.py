@@ -15,6 +15,7 @@ import pytest
 from harness.oracles.decoding import compare_answers
 from harness.oracles.engine_bounds import engine_bound
 from harness.targets.engine import DEFAULT_OPTIONS, ENGINE_SPEC, EngineTarget, engine_prompt
+from harness.targets.server.requests import chat_body, sent
 from suites.engine.conftest import SAMPLING, TEXT
 from suites.server.conftest import (
     CHAT_FORMS,
@@ -55,9 +56,12 @@ def test_a_chat_request_answers_as_the_engine(
     assert differ is None, f"{form} ({delivery}): {differ}"
     bound = engine_bound("batched-vs-alone").value
     difference, problems = compare_answers(expected, served, bound)
+    folder = chat.media_folder if delivery == "local-file" else None
+    body = chat_body(server_request(form), SAMPLING, media_folder=folder)
     measure(
         f"{form} {delivery}",
         {
+            "sent": sent(body) + ("; streamed" if delivery == "stream" else ""),
             "prompt_tokens": len(served.prompt_token_ids),
             "tokens": len(served.tokens),
             "largest_logprob_difference": difference,

@@ -69,7 +69,10 @@ def free_port() -> int:
 
 
 def port_is_free(port: int) -> bool:
+    """Whether a server could listen on ``port`` of 127.0.0.1 now (as servers bind, with
+    ``SO_REUSEADDR``: the closed connections' ``TIME_WAIT`` does not hold the port)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             probe.bind(("127.0.0.1", port))
         except OSError:
@@ -399,6 +402,12 @@ def _group_members(group: int) -> list[str]:
         if process.info["status"] != psutil.STATUS_ZOMBIE:
             found.append(f"{process.pid} {process.info['name']}")
     return found
+
+
+def running_servers() -> list[Server]:
+    """The servers this process started and has not stopped."""
+    with _RUNNING_LOCK:
+        return list(_RUNNING)
 
 
 def stop_all() -> None:

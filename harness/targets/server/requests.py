@@ -132,6 +132,24 @@ def content_parts(request: Request, media_folder: Path | None = None) -> list[di
     return parts
 
 
+def sent(body: Mapping[str, Any]) -> str:
+    """What a chat body sends, in a line: each content part's type, a media part's URL scheme
+    and media type (``data:image/png``, ``file``), and whether it streams."""
+    described = []
+    for message in body.get("messages") or []:
+        for part in message.get("content") or []:
+            kind = str(part.get("type"))
+            payload = part.get(kind)
+            url = payload.get("url") if isinstance(payload, Mapping) else None
+            if isinstance(url, str):
+                scheme = url.split(";", 1)[0] if url.startswith("data:") else url.split(":", 1)[0]
+                kind += f" ({scheme})"
+            elif kind == "input_audio" and isinstance(payload, Mapping):
+                kind += f" ({payload.get('format')})"
+            described.append(kind)
+    return ", ".join(described) + ("; streamed" if body.get("stream") else "")
+
+
 def chat_body(
     request: Request,
     sampling: Sampling,
