@@ -541,10 +541,14 @@ def mutation(session: nox.Session) -> None:
 @nox.session(venv_backend="none")
 def bench(session: nox.Session) -> None:
     """Speed of the reference (the LM beside transformers, end to end):
-    reports/benchmarks/lm.{json,md}.
+    reports/benchmarks/lm.{json,md}; then a bounded load run on vLLM's OpenAI-compatible
+    server of the CPU build (240 mixed chat requests, 16 in flight, 600 s at most):
+    reports/benchmarks/load.{json,md}.
 
-    Fails when a target (ratios named in the LM issue) is missed.
+    Fails when a target (ratios named in the LM issue) is missed, or when a load request fails
+    or the server's memory grows past the run's limit.
     """
+    shared, engine = both_environments(session)
     out = REPORTS / "benchmarks"
     out.mkdir(parents=True, exist_ok=True)
     pytest(
@@ -558,12 +562,13 @@ def bench(session: nox.Session) -> None:
         "--benchmark-columns=median,min,max",
     )
     session.run(
-        str(Path(shared_python(session)).parent / "nemotron-vl-bench-report"),
+        str(Path(shared).parent / "nemotron-vl-bench-report"),
         str(out / "lm.json"),
         str(out / "lm.md"),
         env=CPU_ENV,
         external=True,
     )
+    session.run(engine, "-m", "harness.jobs.load", "--out", str(out), env=CPU_ENV, external=True)
 
 
 @nox.session(venv_backend="none")

@@ -26,6 +26,7 @@ from harness.targets.engine import (
     engine_prompt,
 )
 from harness.targets.engine.target import engine_spec
+from harness.targets.server.forms import TEXT as API_TEXT
 
 #: Tokens each catalogued request decodes.
 DECODED = 12
@@ -35,8 +36,8 @@ SAMPLING = Sampling(max_tokens=DECODED, logprobs=2, prompt_logprobs=1)
 SCHEDULED = SCHEDULED_OPTIONS
 #: Its chunk.
 CHUNK = 64
-#: A prompt with no media.
-TEXT = Request("The quiet cat sat on a mat while rain fell over the hills, and then it slept.")
+#: A prompt with no media (the server's checks send it too).
+TEXT = API_TEXT
 
 
 def form_request(form: str) -> tuple[ModelSpec, Request]:

@@ -21,7 +21,6 @@ from typing import Any
 import pytest
 
 from harness.checkpoints.cache import checkpoint_folder
-from harness.inputs.media import video_file_without_audio
 from harness.inputs.requests import Request
 from harness.oracles.language_model import ReferenceLanguageModel
 from harness.targets.engine import (
@@ -33,7 +32,8 @@ from harness.targets.engine import (
     engine_prompt,
 )
 from harness.targets.server import Server, ServerOptions
-from suites.engine.conftest import SAMPLING, Measure, engine_target, form_request
+from harness.targets.server.forms import API_FORMS, api_request
+from suites.engine.conftest import SAMPLING, Measure, engine_target
 
 __all__ = ["engine_target"]
 
@@ -72,20 +72,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     report.user_properties.append(("measured", measured))
 
 
-#: A video file's request: the API carries files, not decoded frames.
-VIDEO_FILE = Request("What happens in <video>?", videos=[video_file_without_audio(3)])
-
-
-@functools.cache
 def server_request(form: str) -> Request:
-    """A form's request as the server checks send it: the engine checks' request, with a video
-    file where the catalogue's holds decoded frames."""
-    if form == "video-file":
-        return VIDEO_FILE
-    if form == "mixed":
-        mixed = form_request("mixed")[1]
-        return dataclasses.replace(mixed, videos=list(VIDEO_FILE.videos))
-    return form_request(form)[1]
+    """A form's request as the server checks send it (:func:`api_request`)."""
+    return api_request(form)
 
 
 #: Two layers, Mamba then attention, in transformers 5's form of NemotronHConfig (the engine
@@ -106,7 +95,7 @@ RESTRICTED = ServerOptions(
 )
 
 #: The forms a chat request carries, each through every delivery of the API.
-CHAT_FORMS = ("text", "images-pil", "video-file", "audios", "mixed", "video-audio-in-video")
+CHAT_FORMS = API_FORMS
 
 
 @dataclass
