@@ -141,3 +141,34 @@ def error_message(answer: Mapping[str, Any]) -> str:
     if isinstance(error, Mapping):
         return str(error.get("message"))
     return str(answer)
+
+
+def embeds_status(url: str, kind: str, rows: int, width: int) -> tuple[int, str, str]:
+    """A chat request with one ``kind`` part (``image_embeds`` or ``video_embeds``) of ``rows``
+    random rows ``width`` wide, in the API's encoding (``torch.save``, base64): the status, the
+    message, and the placeholder the text holds for it."""
+    import io
+
+    import torch
+
+    buffer = io.BytesIO()
+    torch.save(torch.randn(rows, width), buffer)
+    placeholder = "<image>" if kind == "image_embeds" else "<video>"
+    status, answer = post(
+        url,
+        "/v1/chat/completions",
+        {
+            "model": SERVED_MODEL,
+            "max_tokens": 1,
+            "messages": [
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "text", "text": f"Look: {placeholder}."},
+                        {"type": kind, kind: base64.b64encode(buffer.getvalue()).decode()},
+                    ],
+                }
+            ],
+        },
+    )
+    return status, error_message(answer) if status != 200 else "", placeholder

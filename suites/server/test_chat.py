@@ -28,8 +28,9 @@ from suites.server.conftest import (
 
 pytestmark = pytest.mark.concern("server")
 
-#: Given embeddings (``--enable-mm-embeds``, the default server's): the API's ``image_embeds``.
-EMBEDS_FORMS = ("image-embeds-stacked",)
+#: Given embeddings (``--enable-mm-embeds``, the default server's): the API's ``image_embeds``
+#: and ``video_embeds`` parts.
+EMBEDS_FORMS = ("image-embeds-stacked", "video-embeds-list")
 DELIVERIES = ("data-url", "stream", "local-file")
 #: Forms whose media a local file can carry (given embeddings have no file form).
 FILE_FORMS = ("images-pil", "video-file", "audios", "mixed")
