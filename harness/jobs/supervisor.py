@@ -156,12 +156,16 @@ class Interrupt:
 
 
 def group_memory_bytes(pgid: int) -> int:
-    """Resident memory of every process in group ``pgid`` (Linux ``/proc``; 0 elsewhere)."""
-    total = 0
+    """Resident memory of every process in group ``pgid`` and of their descendants in groups of
+    their own (a server a check started in a session of its own, with its engine's processes),
+    from Linux's ``/proc`` (0 elsewhere)."""
     try:
         entries = os.listdir("/proc")
     except OSError:
         return 0
+    parents: dict[int, int] = {}
+    counted: set[int] = set()
+    pages: dict[int, int] = {}
     for entry in entries:
         if not entry.isdigit():
             continue
@@ -170,13 +174,19 @@ def group_memory_bytes(pgid: int) -> int:
                 stat = f.read()
             # Fields after the parenthesised command: state, ppid, pgrp, ...
             fields = stat[stat.rindex(")") + 2 :].split()
-            if int(fields[2]) != pgid:
-                continue
             with open(f"/proc/{entry}/statm") as f:
-                total += int(f.read().split()[1]) * _PAGE
+                pages[int(entry)] = int(f.read().split()[1])
         except (OSError, ValueError, IndexError):
             continue  # the process ended while we looked
-    return total
+        parents[int(entry)] = int(fields[1])
+        if int(fields[2]) == pgid:
+            counted.add(int(entry))
+    grown = True
+    while grown:  # the descendants, whatever their group
+        found = {pid for pid, parent in parents.items() if parent in counted} - counted
+        counted |= found
+        grown = bool(found)
+    return sum(pages[pid] for pid in counted) * _PAGE
 
 
 class TargetProcess(Protocol):

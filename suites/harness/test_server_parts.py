@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import io
 import os
+import subprocess
 import sys
 import textwrap
 import time
@@ -304,3 +305,34 @@ def _failing_python(tmp_path: Path) -> str:
     script.write_text(f'#!/bin/sh\nexec {sys.executable} "$@" --exit-at-once\n')
     script.chmod(0o755)
     return str(script)
+
+
+def test_a_servers_memory_counts_in_its_starters_group() -> None:
+    """The supervisor's memory limit and the report's peak cover a server a check started in a
+    session of its own: the descendants of the target's group count, whatever their group.
+    Here a starter in a group of its own starts a holder of 300 MiB in another session."""
+    from harness.jobs.supervisor import group_memory_bytes
+
+    holder = "import time; x = bytearray(300 * 2**20); time.sleep(60)"
+    starter = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import subprocess, sys, time; "
+            f"subprocess.Popen([sys.executable, '-c', {holder!r}], start_new_session=True); "
+            "time.sleep(60)",
+        ],
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while group_memory_bytes(starter.pid) < 300 * 2**20:
+            assert time.monotonic() < deadline, "the holder's 300 MiB never counted"
+            time.sleep(0.2)
+    finally:
+        import psutil
+
+        for child in psutil.Process(starter.pid).children(recursive=True):
+            child.kill()
+        starter.kill()
+        starter.wait()
