@@ -40,8 +40,9 @@ def test_a_minimal_layer_server_from_the_command_line_serves_chat(chat: Chat, fo
         chat.tokenizer, served.prompt_token_ids, expected, "the reference processor's"
     )
     assert differ is None, f"{form}: {differ}"
-    assert len(served.tokens) == len(chat.served(form).tokens)
-    assert served.prompt_logprobs != chat.served(form).prompt_logprobs, (
+    full = chat.engine_answer(form)  # the full model's, from the engine: no other server
+    assert len(served.tokens) == len(full.tokens)
+    assert served.prompt_logprobs != full.prompt_logprobs, (
         f"{form}: the minimal-layer server answers as the full model: the override was not applied"
     )
     assert chat.restricted().healthy()

@@ -122,7 +122,7 @@ def test_a_broken_adapter_is_refused_clearly_while_serving_goes_on(
     )
     status, text = _load(lora_server, f"broken-{kind}", folder)
     named = BROKEN_ADAPTERS[kind]
-    expected = chat.served("text")  # the base model, as the default server answers it
+    expected = _engine_answer(chat, "text", None)  # the base model, as the engine answers it
     after = lora_server.chat(server_request("text"), SAMPLING)
     _, lost = compare_answers(expected, after, engine_bound("batched-vs-alone").value)
     problems = [] if lora_server.healthy() else ["/health does not answer 200 afterwards"]

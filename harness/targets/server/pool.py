@@ -14,8 +14,11 @@ from harness.targets.engine.engine import Engine, EngineError
 from harness.targets.server.options import ServerOptions
 from harness.targets.server.process import Server, ServerError
 
-#: Servers running at once (each a server, an engine core and a worker: about 1.5 GB).
-LIVE_SERVERS = 2
+#: Servers running at once. Each is an API server, an engine core and a worker, about 3 GiB
+#: of resident memory, counted in the target's memory limit (12 GiB by default) beside the
+#: checks' process and its engines: one at a time, and the checks ordered so that few need
+#: another (``suites/server``'s modules run in the order of their configurations).
+LIVE_SERVERS = 1
 
 
 class ServerPool:

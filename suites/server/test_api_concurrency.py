@@ -20,7 +20,7 @@ from suites.server.conftest import Chat, Measure, server_request
 #: Requests in flight at once.
 CONCURRENT = 32
 #: The forms they cycle through (audio from a video's track aside: a known deviation of the chat
-#: parser, checked in test_chat).
+#: parser, checked in test_api_chat).
 FORMS = ("text", "images-pil", "video-file", "audios", "mixed")
 REQUESTS = [FORMS[k % len(FORMS)] for k in range(CONCURRENT)]
 
