@@ -22,7 +22,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -172,3 +172,22 @@ def embeds_status(url: str, kind: str, rows: int, width: int) -> tuple[int, str,
         },
     )
     return status, error_message(answer) if status != 200 else "", placeholder
+
+
+def reproduce_embeds(argv: Sequence[str] | None, script: str, kind: str) -> int:
+    """The reproduction of a given-embeddings part (``kind``) refused by the server: 0 while a
+    chat request with one such part of six rows is refused, 1 once it is served."""
+    from _engine import ENGINE_HIDDEN_SIZE, cpu_build_missing, not_applicable
+    from _processor import Folders, reproduce_silent
+
+    folder, _ = Folders(hidden_size=ENGINE_HIDDEN_SIZE).resolve(argv, script)
+    missing = cpu_build_missing()
+    if missing:
+        return not_applicable(missing)
+    with server(folder, "--enable-mm-embeds", "--no-enable-prefix-caching") as url:
+
+        def wrong() -> str | None:
+            status, message, _ = embeds_status(url, kind, 6, ENGINE_HIDDEN_SIZE)
+            return None if status == 200 else f"HTTP {status}: {message}"
+
+        return reproduce_silent(wrong)

@@ -16,27 +16,11 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
-from _engine import ENGINE_HIDDEN_SIZE, cpu_build_missing, not_applicable
-from _processor import Folders, reproduce_silent
-from _server import embeds_status, server
-
-FOLDERS = Folders(hidden_size=ENGINE_HIDDEN_SIZE)
+from _server import reproduce_embeds
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    folder, _ = FOLDERS.resolve(argv, __file__)
-    missing = cpu_build_missing()
-    if missing:
-        return not_applicable(missing)
-    with server(folder, "--enable-mm-embeds", "--no-enable-prefix-caching") as url:
-
-        def wrong() -> str | None:
-            status, message, _ = embeds_status(url, "image_embeds", 6, ENGINE_HIDDEN_SIZE)
-            if status == 200:
-                return None
-            return f"HTTP {status}: {message}"
-
-        return reproduce_silent(wrong)
+    return reproduce_embeds(argv, __file__, "image_embeds")
 
 
 if __name__ == "__main__":

@@ -82,7 +82,7 @@ def server_request(form: str) -> Request:
 #: minimal-layer model from the command line: ``--hf-overrides JSON --load-format dummy``.
 MINIMAL_LAYERS = {"text_config": {"layers_block_type": ["linear_attention", "full_attention"]}}
 #: The server a minimal-layer CI run starts, with what a user may leave off or cap: no given
-#: embeddings (``--no-enable-mm-embeds``), one image per prompt, a request's own processor
+#: embeddings (``--no-enable-mm-embeds``), two images per prompt, a request's own processor
 #: options not trusted (vLLM's default).
 RESTRICTED = ServerOptions(
     dataclasses.replace(
@@ -90,7 +90,7 @@ RESTRICTED = ServerOptions(
         hf_overrides=json.dumps(MINIMAL_LAYERS),
         load_format="dummy",
         enable_mm_embeds=False,
-        limit_mm_per_prompt=(("image", 1),),
+        limit_mm_per_prompt=(("image", 2),),
     )
 )
 

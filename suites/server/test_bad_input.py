@@ -141,11 +141,10 @@ CASES = (
     BadInput(
         "more-images-than-limit-mm-per-prompt",
         lambda: _chat(
-            _part("image_url", _url("image/png", _png())),
-            _part("image_url", _url("image/png", _png())),
-            text="Look: <image> and <image>.",
+            *[_part("image_url", _url("image/png", _png()))] * 3,
+            text="Look: <image>, <image> and <image>.",
         )(),
-        r"at most 1 image",
+        r"at most 2 image",
         restricted=True,
     ),
     BadInput(

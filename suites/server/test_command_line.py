@@ -21,8 +21,8 @@ from suites.server.conftest import (
 
 pytestmark = pytest.mark.concern("server")
 
-#: One image each: the restricted server takes one per prompt.
-FORMS = ("text", "images-array")
+#: The restricted server takes two images per prompt.
+FORMS = ("text", "images-pil")
 
 
 def test_the_command_line_carries_the_override() -> None:
