@@ -7,8 +7,9 @@ Runs in the CPU build's environment (``nox -s bench`` runs it there). Starts the
 default checkpoint variant (``harness.targets.server``), warms it up with one request of each
 form, reads the memory of its process group (the API server, the engine core, the worker:
 resident set sizes summed), then sends ``--requests`` chat requests cycling through the forms
-(text, images, a video file, audio, all mixed) with at most ``--concurrency`` in flight, from
-asyncio through the official ``openai`` client. It stops sending at ``--time-limit`` seconds
+(text, images, a video file, audio, all mixed), each with media of its own (no cache answers one
+from another's), with at most ``--concurrency`` in flight, from asyncio through the official
+``openai`` client. It stops sending at ``--time-limit`` seconds
 (what was not sent is counted as such). Written: ``load.json`` and ``load.md`` (throughput,
 latency percentiles per form and overall, errors by status, the memory after warm-up, at the end
 and its growth). Exit status 0 when every request was answered and the memory grew by at most
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import os
 import sys
@@ -29,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import ROOT
+from harness.inputs.requests import AUDIO_SAMPLE_RATE, Request
 from harness.targets.engine.options import Sampling
 
 #: The forms the run cycles through (the audio of a video's track aside: the chat parser's
@@ -150,9 +153,27 @@ def group_memory_mib(group: int) -> float:
     return total / 2**20
 
 
-async def _run(server: Any, report: LoadReport) -> None:
+def load_request(form: str, k: int) -> Request:
+    """The ``k``-th request of the run, of ``form``: the form's request with media of its own
+    (seeded by ``k``, the same sizes), so that no request is answered from the processor's or
+    the encoder's cache of another: every request runs the towers."""
+    from harness.inputs.media import audio_clip, pil_image, video_file_without_audio
     from harness.targets.server.forms import api_request
 
+    request = api_request(form)
+    seed = 1000 + k
+    images = [pil_image(im.height, im.width, seed + 7 * i) for i, im in enumerate(request.images)]
+    audios = [
+        audio_clip(len(a) / AUDIO_SAMPLE_RATE, seed + 11 * i) for i, a in enumerate(request.audios)
+    ]
+    videos = [video_file_without_audio(seed) for _ in request.videos]
+    return dataclasses.replace(
+        request, prompt=f"{request.prompt} ({k})", images=images, audios=audios, videos=videos
+    )
+
+
+async def _run(server: Any, report: LoadReport) -> None:
+    requests = [load_request(LOAD_FORMS[k % len(LOAD_FORMS)], k) for k in range(report.requests)]
     client = server.async_client()
     semaphore = asyncio.Semaphore(report.concurrency)
     began = time.monotonic()
@@ -166,7 +187,7 @@ async def _run(server: Any, report: LoadReport) -> None:
                 return
             start = time.monotonic()
             try:
-                await server.chat_async(client, api_request(form), LOAD_SAMPLING)
+                await server.chat_async(client, requests[k], LOAD_SAMPLING)
                 outcome = Outcome(form, sent, time.monotonic() - start, 200)
             except Exception as e:
                 status = getattr(e.__cause__, "status_code", None) or getattr(e, "status_code", 0)
