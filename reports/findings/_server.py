@@ -78,9 +78,10 @@ def healthy(url: str) -> bool:
 
 
 @contextlib.contextmanager
-def server(folder: Path, *flags: str) -> Iterator[str]:
-    """The root URL of a server of ``folder`` with ``flags``: the one :data:`SERVER_URL_ENV`
-    names, or one started now and stopped, its whole process group, when the block ends."""
+def server(folder: Path, *flags: str, environment: Mapping[str, str] | None = None) -> Iterator[str]:
+    """The root URL of a server of ``folder`` with ``flags`` (and ``environment`` added to its
+    variables): the one :data:`SERVER_URL_ENV` names, or one started now and stopped, its whole
+    process group, when the block ends."""
     named = os.environ.get(SERVER_URL_ENV)
     if named:
         print(f"using the server at {named} ({SERVER_URL_ENV})")
@@ -89,11 +90,16 @@ def server(folder: Path, *flags: str) -> Iterator[str]:
     os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
     port = _free_port()
     command = serve_command(folder, port, *flags)
-    print("$ vllm serve " + shlex.join([str(folder), *command[5:]]))
+    variables = " ".join(f"{k}={v}" for k, v in (environment or {}).items())
+    print(f"$ {variables + ' ' if variables else ''}vllm serve " + shlex.join([str(folder), *command[5:]]))
     log = Path(tempfile.mkdtemp(prefix="nnvl-finding-server-")) / "server.log"
     with log.open("wb") as output:
         process = subprocess.Popen(
-            command, stdout=output, stderr=subprocess.STDOUT, start_new_session=True
+            command,
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env={**os.environ, **(environment or {})},
         )
     url = f"http://127.0.0.1:{port}"
     try:
