@@ -180,13 +180,14 @@ def embeds_status(url: str, kind: str, rows: int, width: int) -> tuple[int, str,
     return status, error_message(answer) if status != 200 else "", placeholder
 
 
-def reproduce_embeds(argv: Sequence[str] | None, script: str, kind: str) -> int:
-    """The reproduction of a given-embeddings part (``kind``) refused by the server: 0 while a
-    chat request with one such part of six rows is refused, 1 once it is served."""
+def reproduce_embeds(folders: Any, argv: Sequence[str] | None, script: str, kind: str) -> int:
+    """The reproduction of a given-embeddings part (``kind``) refused by the server, on the
+    folder ``folders`` (a ``_processor.Folders``) resolves: 0 while a chat request with one such
+    part of six rows is refused, 1 once it is served."""
     from _engine import ENGINE_HIDDEN_SIZE, cpu_build_missing, not_applicable
-    from _processor import Folders, reproduce_silent
+    from _processor import reproduce_silent
 
-    folder, _ = Folders(hidden_size=ENGINE_HIDDEN_SIZE).resolve(argv, script)
+    folder, _ = folders.resolve(argv, script)
     missing = cpu_build_missing()
     if missing:
         return not_applicable(missing)

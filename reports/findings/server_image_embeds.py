@@ -16,11 +16,15 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
+from _engine import ENGINE_HIDDEN_SIZE
+from _processor import Folders
 from _server import reproduce_embeds
+
+FOLDERS = Folders(hidden_size=ENGINE_HIDDEN_SIZE)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return reproduce_embeds(argv, __file__, "image_embeds")
+    return reproduce_embeds(FOLDERS, argv, __file__, "image_embeds")
 
 
 if __name__ == "__main__":

@@ -12,15 +12,15 @@ It needs vLLM's server, whose engine runs on a CPU only in the CPU build
 folders. Run it with vLLM alone (from the repository root)::
 
     nemotron-vl-checkpoint /tmp/nnvl-tiny-d128 --hidden-size 128 \\
-        --adapter broken-rank-above-max /tmp/nnvl-lora-d128/rank-above-max \\
-        --adapter broken-corrupt-file /tmp/nnvl-lora-d128/corrupt-file \\
-        --adapter broken-missing-file /tmp/nnvl-lora-d128/missing-file \\
-        --adapter broken-unknown-module /tmp/nnvl-lora-d128/unknown-module \\
-        --adapter broken-extends-vocabulary /tmp/nnvl-lora-d128/extends-vocabulary
+        --adapter broken-rank-above-max /tmp/nnvl-lora/rank-above-max \\
+        --adapter broken-corrupt-file /tmp/nnvl-lora/corrupt-file \\
+        --adapter broken-missing-file /tmp/nnvl-lora/missing-file \\
+        --adapter broken-unknown-module /tmp/nnvl-lora/unknown-module \\
+        --adapter broken-extends-vocabulary /tmp/nnvl-lora/extends-vocabulary
     python reports/findings/server_lora_broken_adapters.py /tmp/nnvl-tiny-d128 \\
-        /tmp/nnvl-lora-d128/rank-above-max /tmp/nnvl-lora-d128/corrupt-file \\
-        /tmp/nnvl-lora-d128/missing-file /tmp/nnvl-lora-d128/unknown-module \\
-        /tmp/nnvl-lora-d128/extends-vocabulary
+        /tmp/nnvl-lora/rank-above-max /tmp/nnvl-lora/corrupt-file \\
+        /tmp/nnvl-lora/missing-file /tmp/nnvl-lora/unknown-module \\
+        /tmp/nnvl-lora/extends-vocabulary
 """
 
 from __future__ import annotations

@@ -20,7 +20,9 @@ SCRIPTS = findings.scripts()
 
 
 #: The reproductions of vLLM's engine: they run on its CPU build alone (elsewhere: not applicable).
-ENGINE_SCRIPTS = [p for p in SCRIPTS if "from _engine import" in p.read_text()]
+ENGINE_SCRIPTS = [
+    p for p in SCRIPTS if any(f"from {m} import" in p.read_text() for m in ("_engine", "_server"))
+]
 
 
 def test_every_reproduction_is_cited_by_a_deviation():
