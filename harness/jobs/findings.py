@@ -59,6 +59,9 @@ ISSUE_SECTIONS = (
 #: A vLLM version named in the environment section (``vLLM 0.33.0``, ``vLLM version: 0.33.0``).
 VLLM_VERSION = re.compile(r"\bvLLM\b[^\n\d]{0,20}\d+\.\d+\.\d+")
 
+#: The time a reproduction may take: one that builds vLLM's engine or starts its server takes
+#: 20 to 60 s on 2 cores beside other work; a component reproduction a few seconds.
+SCRIPT_TIMEOUT_S = 120.0
 #: Runs each script's ``main()`` in turn, fencing its output and its return value.
 DRIVER = """
 import runpy, sys, traceback
@@ -176,9 +179,12 @@ def parse(output: str, paths: Sequence[Path]) -> list[FindingRun]:
 
 
 def run_all(
-    paths: Sequence[Path], timeout_s: float = 900.0, python: str = sys.executable
+    paths: Sequence[Path], timeout_s: float | None = None, python: str = sys.executable
 ) -> list[FindingRun]:
-    """Every script of ``paths`` in one child process of ``python`` (this one by default)."""
+    """Every script of ``paths`` in one child process of ``python`` (this one by default),
+    within ``timeout_s`` in all (by default :data:`SCRIPT_TIMEOUT_S` a script)."""
+    if timeout_s is None:
+        timeout_s = SCRIPT_TIMEOUT_S * max(1, len(paths))
     driver = DRIVER.format(folder=str(FINDINGS), start=START, end=END)
     try:
         done = subprocess.run(
