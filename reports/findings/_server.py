@@ -61,6 +61,18 @@ def serve_command(folder: Path, port: int, *flags: str) -> list[str]:
     ]
 
 
+#: The log of each server started here, by its root URL.
+_LOGS: dict[str, Path] = {}
+#: vLLM's development endpoints (``/pause``, ``/resume``) and request logging: what
+#: :func:`together` needs of a server started here.
+DEV_MODE = {"VLLM_SERVER_DEV_MODE": "1"}
+DEV_FLAGS = ("--enable-log-requests",)
+
+
+def url_of(port: int) -> str:
+    return f"http://127.0.0.1:{port}"
+
+
 def _free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -78,7 +90,9 @@ def healthy(url: str) -> bool:
 
 
 @contextlib.contextmanager
-def server(folder: Path, *flags: str, environment: Mapping[str, str] | None = None) -> Iterator[str]:
+def server(
+    folder: Path, *flags: str, environment: Mapping[str, str] | None = None
+) -> Iterator[str]:
     """The root URL of a server of ``folder`` with ``flags`` (and ``environment`` added to its
     variables): the one :data:`SERVER_URL_ENV` names, or one started now and stopped, its whole
     process group, when the block ends."""
@@ -91,8 +105,12 @@ def server(folder: Path, *flags: str, environment: Mapping[str, str] | None = No
     port = _free_port()
     command = serve_command(folder, port, *flags)
     variables = " ".join(f"{k}={v}" for k, v in (environment or {}).items())
-    print(f"$ {variables + ' ' if variables else ''}vllm serve " + shlex.join([str(folder), *command[5:]]))
+    print(
+        f"$ {variables + ' ' if variables else ''}vllm serve "
+        + shlex.join([str(folder), *command[5:]])
+    )
     log = Path(tempfile.mkdtemp(prefix="nnvl-finding-server-")) / "server.log"
+    _LOGS[url_of(port)] = log
     with log.open("wb") as output:
         process = subprocess.Popen(
             command,
@@ -101,7 +119,7 @@ def server(folder: Path, *flags: str, environment: Mapping[str, str] | None = No
             start_new_session=True,
             env={**os.environ, **(environment or {})},
         )
-    url = f"http://127.0.0.1:{port}"
+    url = url_of(port)
     try:
         deadline = time.monotonic() + HEALTH_TIMEOUT_S
         while not healthy(url):
@@ -198,3 +216,43 @@ def reproduce_embeds(folders: Any, argv: Sequence[str] | None, script: str, kind
             return None if status == 200 else f"HTTP {status}: {message}"
 
         return reproduce_silent(wrong)
+
+
+def together(
+    url: str, path: str, bodies: Sequence[Mapping[str, Any]]
+) -> list[tuple[int, dict[str, Any]]]:
+    """POST ``bodies`` so that the server schedules them in one step, as requests of users
+    arriving at the same moment: its scheduler paused (``/pause?mode=keep``, a server started
+    with :data:`DEV_MODE` and :data:`DEV_FLAGS`) until its log shows every one added, then
+    resumed. Each body's status and answer, in order."""
+    import httpx
+    from concurrent.futures import ThreadPoolExecutor
+
+    log = _LOGS.get(url)
+    start = log.stat().st_size if log else 0
+    httpx.post(url + "/pause", params={"mode": "keep"}, timeout=30).raise_for_status()
+    try:
+        with ThreadPoolExecutor(len(bodies)) as pool:
+            futures = [pool.submit(post, url, path, body) for body in bodies]
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                if log is None:  # a server started elsewhere: give the requests a moment
+                    time.sleep(3)
+                    break
+                with log.open("rb") as f:
+                    f.seek(start)
+                    if f.read().count(b"] Added request ") >= len(bodies):
+                        break
+                time.sleep(0.05)
+            _resume(url)
+            return [f.result() for f in futures]
+    finally:
+        _resume(url)
+
+
+def _resume(url: str) -> None:
+    """Resume the server's scheduler, if the server is still there to resume."""
+    import httpx
+
+    with contextlib.suppress(httpx.HTTPError):
+        httpx.post(url + "/resume", timeout=30)
