@@ -18,7 +18,8 @@
 - ``findings``: the reproductions of vLLM bugs against every installed vLLM
   (``nemotron-vl-findings``); ``releases``: the release matrix, every pinned deviation and
   finding per installed release (``nemotron-vl-releases``);
-- ``bench_report``: speed goals over benchmarks (``nemotron-vl-bench-report``);
+- ``bench_report``: speed goals over benchmarks (``nemotron-vl-bench-report``); ``load``: a
+  bounded load run on vLLM's OpenAI-compatible server (``nemotron-vl-load``);
 - ``speed``: how long a user waits for the main job and the gate (``nemotron-vl-speed``);
 - ``flakes``: the flake hunt, main jobs under varied threads, orders and groupings, and every
   check whose outcome changed (``nemotron-vl-flakes``);

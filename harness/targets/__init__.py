@@ -2,7 +2,8 @@
 
 ``base`` holds the interface every target implements (its named methods, the template methods
 that measure every target the same way, and the categories of a check's outcome);
-``reference``, ``vllm`` and ``engine`` the targets, one subpackage each.
+``reference``, ``vllm`` and ``engine`` the targets, one subpackage each; ``server``: vLLM's
+OpenAI-compatible server, which the ``vllm-engine`` target starts and asks.
 
 - ``reference``: our wrapper in ``reference_impl/``.
 - ``vllm``: the installed vLLM's ``NemotronH_Nano_VL_V2``.

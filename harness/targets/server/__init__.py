@@ -6,7 +6,8 @@
 starts, asks and stops one (:class:`Server`: its whole process group); :mod:`.pool` keeps them
 per configuration for the checks that share them; :mod:`.requests` writes a harness request as
 the API's body and reads its answer back as the engine's
-(:class:`~harness.targets.engine.EngineOutput`).
+(:class:`~harness.targets.engine.EngineOutput`); :mod:`.forms` holds the requests the checks
+and the load run send.
 """
 
 from harness.targets.server.options import DEFAULT_SERVER, SERVED_MODEL, ServerOptions
