@@ -116,6 +116,23 @@ def test_frames_without_a_file_are_refused_by_name() -> None:
         content_parts(request)
 
 
+#: A chat answer's decoded tokens as vLLM writes them (hand-written): the chosen token and its
+#: top log-probabilities.
+CHAT_ANSWER_CONTENT: list[dict[str, object]] = [
+    {
+        "token": "token_id:11",
+        "logprob": -0.25,
+        "top_logprobs": [
+            {"token": "token_id:11", "logprob": -0.25},
+            {"token": "token_id:3", "logprob": -1.75},
+        ],
+    },
+    {
+        "token": "token_id:12",
+        "logprob": -0.5,
+        "top_logprobs": [{"token": "token_id:12", "logprob": -0.5}],
+    },
+]
 #: A chat answer as vLLM writes one (hand-written): two decoded tokens, a three-token prompt.
 CHAT_ANSWER = {
     "prompt_token_ids": [5, 6, 7],
@@ -128,23 +145,7 @@ CHAT_ANSWER = {
         {
             "token_ids": [11, 12],
             "finish_reason": "length",
-            "logprobs": {
-                "content": [
-                    {
-                        "token": "token_id:11",
-                        "logprob": -0.25,
-                        "top_logprobs": [
-                            {"token": "token_id:11", "logprob": -0.25},
-                            {"token": "token_id:3", "logprob": -1.75},
-                        ],
-                    },
-                    {
-                        "token": "token_id:12",
-                        "logprob": -0.5,
-                        "top_logprobs": [{"token": "token_id:12", "logprob": -0.5}],
-                    },
-                ]
-            },
+            "logprobs": {"content": CHAT_ANSWER_CONTENT},
         }
     ],
 }
@@ -156,25 +157,15 @@ def test_answers_are_read_back_as_the_engines() -> None:
     assert answer.prompt_logprobs == [None, -1.5, -2.0]
     assert (answer.tokens, answer.token_logprobs) == ([11, 12], [-0.25, -0.5])
     assert answer.runner_up_logprobs == [-1.75, None]
+    content = CHAT_ANSWER_CONTENT
     chunks = [
         {"prompt_token_ids": [5, 6, 7], "choices": [{"token_ids": [], "logprobs": None}]},
+        {"choices": [{"token_ids": [11], "logprobs": {"content": content[:1]}}]},
         {
             "choices": [
-                {
-                    "token_ids": [11],
-                    "logprobs": {"content": CHAT_ANSWER["choices"][0]["logprobs"]["content"][:1]},
-                }
+                {"token_ids": [12], "finish_reason": "length", "logprobs": {"content": content[1:]}}
             ]
-        },  # type: ignore[index]
-        {
-            "choices": [
-                {
-                    "token_ids": [12],
-                    "finish_reason": "length",
-                    "logprobs": {"content": CHAT_ANSWER["choices"][0]["logprobs"]["content"][1:]},
-                }
-            ]
-        },  # type: ignore[index]
+        },
     ]
     streamed = streamed_chat_answer(chunks)
     assert (streamed.tokens, streamed.token_logprobs, streamed.finish_reason) == (

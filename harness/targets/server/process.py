@@ -16,6 +16,7 @@ import contextlib
 import ctypes
 import dataclasses
 import os
+import shlex
 import signal
 import socket
 import subprocess
@@ -101,6 +102,8 @@ class Server:
     port: int
     log: Path
     process: subprocess.Popen[bytes]
+    #: The command line the server was started with.
+    arguments: list[str] = field(default_factory=list)
     #: Seconds from the start until ``/health`` answered.
     start_seconds: float = 0.0
     #: What :meth:`stop` had to kill (the group outlived its grace), as ``pid name`` strings.
@@ -154,7 +157,7 @@ class Server:
                 start_new_session=True,
                 preexec_fn=_die_with_parent,
             )
-        server = cls(folder, options, port, log, process)
+        server = cls(folder, options, port, log, process, arguments=command)
         with _RUNNING_LOCK:
             _RUNNING.add(server)
         try:
@@ -177,7 +180,7 @@ class Server:
     @property
     def command(self) -> str:
         """The command line that started the server, for reports and reproductions."""
-        return " ".join(str(a) for a in self.process.args)  # type: ignore[union-attr]
+        return shlex.join(self.arguments)
 
     def wait_healthy(self, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
