@@ -20,6 +20,10 @@ essential vLLM calls; expected; the actual verdict; the upstream issue or pull r
 search that found none). A reproduced finding whose issue text is missing or lacks any of these
 is ``incomplete`` (:func:`issue_lacks` says what it lacks), so the set stays ready to file.
 
+Each finding a user of vLLM's OpenAI-compatible server can reach is reproduced through it too,
+by a script ``server_*.py`` beside it; ``at_the_server.toml`` names that script per finding, or
+says what the server does instead (:func:`server_doors`), and the table shows it as a column.
+
 Exit status: 0 every finding reproduced; 1 one is fixed (its known deviation and script are due
 for removal); 2 a script failed, an issue text is missing or incomplete, or vLLM is not
 installed.
@@ -34,6 +38,7 @@ import os
 import re
 import subprocess
 import sys
+import tomllib
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from importlib import metadata
@@ -42,6 +47,10 @@ from pathlib import Path
 from harness import ROOT
 
 FINDINGS = ROOT / "reports" / "findings"
+#: Per finding, its reproduction through vLLM's server or why the server does not reach it.
+SERVER_DOORS = FINDINGS / "at_the_server.toml"
+#: The scripts that reproduce a finding through vLLM's server start so.
+SERVER_PREFIX = "server_"
 START, END = "@@finding-start ", "@@finding-end "
 #: How a reproduction states its verdict (its first line, where the message runs on).
 VERDICTS = ("REPRODUCED", "NOT REPRODUCED", "NOT APPLICABLE")
@@ -210,6 +219,59 @@ def run_all(
     return with_issue_texts(runs, paths)
 
 
+@dataclass(frozen=True)
+class ServerDoor:
+    """How a finding meets a user of vLLM's server: the script (``server_*.py``) that reproduces
+    it through the server, or what the server does instead (``not_reached``)."""
+
+    script: str | None = None
+    not_reached: str | None = None
+
+    def cell(self) -> str:
+        if self.script is not None:
+            return f"`{self.script}`"
+        return f"not reached: {self.not_reached}"
+
+
+def server_doors(path: Path = SERVER_DOORS) -> dict[str, ServerDoor]:
+    """``at_the_server.toml``: a table per finding (its script's stem) with either ``script``, a
+    ``server_*.py`` file name, or ``not_reached``, a sentence."""
+    where = path.name
+    try:
+        tables = tomllib.loads(path.read_text())
+    except (OSError, tomllib.TOMLDecodeError) as e:
+        raise ValueError(f"{where}: expected a TOML file of one table per finding: {e}") from e
+    doors = {}
+    for finding, table in tables.items():
+        if not isinstance(table, dict):
+            raise ValueError(f"{where}: [{finding}]: expected a table, got {table!r}")
+        unknown = sorted(set(table) - {"script", "not_reached"})
+        if unknown:
+            raise ValueError(
+                f"{where}: [{finding}]: expected the keys script or not_reached, got {unknown}"
+            )
+        if len(table) != 1 or not all(isinstance(v, str) and v for v in table.values()):
+            raise ValueError(
+                f"{where}: [{finding}]: expected exactly one of script and not_reached, a "
+                f"non-empty string, got {table!r}"
+            )
+        script = table.get("script")
+        if script is not None and not (script.startswith(SERVER_PREFIX) and script.endswith(".py")):
+            raise ValueError(
+                f"{where}: [{finding}].script: expected a file name '{SERVER_PREFIX}*.py', got "
+                f"{script!r}"
+            )
+        doors[finding] = ServerDoor(script, table.get("not_reached"))
+    return doors
+
+
+def _door_cell(name: str, doors: dict[str, ServerDoor]) -> str:
+    if name.startswith(SERVER_PREFIX):
+        return "(through the server itself)"
+    door = doors.get(name)
+    return door.cell() if door is not None else f"(no entry in {SERVER_DOORS.name})"
+
+
 def _issue_cell(run: FindingRun, links_from: Path) -> str:
     if run.issue is None:
         return "missing" if run.issue_lacks else "(not checked)"
@@ -256,15 +318,23 @@ def installed_releases() -> list[Release]:
     return releases
 
 
-def render_releases(by_release: dict[str, list[FindingRun]], links_from: Path = ROOT) -> str:
-    """One table, a status column per release (its first column's issue texts linked)."""
+def render_releases(
+    by_release: dict[str, list[FindingRun]],
+    links_from: Path = ROOT,
+    doors: dict[str, ServerDoor] | None = None,
+) -> str:
+    """One table, a status column per release (its first column's issue texts linked), and how
+    each finding meets a user of vLLM's server (``doors``, :func:`server_doors` by default)."""
+    doors = server_doors() if doors is None else doors
     names = list(by_release)
     first = by_release[names[0]]
     lines = [
         f"# Findings against {', '.join(names)}",
         "",
-        "| finding | " + " | ".join(names) + " | what the reproduction said | issue text |",
-        "|---|" + "---|" * len(names) + "---|---|",
+        "| finding | "
+        + " | ".join(names)
+        + " | what the reproduction said | issue text | through vLLM's server |",
+        "|---|" + "---|" * len(names) + "---|---|---|",
     ]
     for k, run in enumerate(first):
         statuses = " | ".join(str(by_release[name][k].status) for name in names)
@@ -275,7 +345,10 @@ def render_releases(by_release: dict[str, list[FindingRun]], links_from: Path = 
         )
         said = told.said.replace("|", "\\|")[:300]
         issue = _issue_cell(run, links_from).replace("|", "\\|")
-        lines.append(f"| `reports/findings/{run.name}.py` | {statuses} | {said} | {issue} |")
+        door = _door_cell(run.name, doors).replace("|", "\\|")
+        lines.append(
+            f"| `reports/findings/{run.name}.py` | {statuses} | {said} | {issue} | {door} |"
+        )
     return "\n".join(lines) + "\n"
 
 

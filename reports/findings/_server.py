@@ -38,7 +38,10 @@ KV_CACHE_BYTES = 128 * 2**20
 
 
 def serve_command(folder: Path, port: int, *flags: str) -> list[str]:
-    """``vllm serve`` of ``folder`` on ``127.0.0.1:port`` with ``flags``, as a module."""
+    """``vllm serve`` of ``folder`` on ``127.0.0.1:port`` with ``flags``, as a module, its
+    context the one the folder's config states."""
+    from _processor import stated_context
+
     return [
         sys.executable,
         "-m",
@@ -56,7 +59,7 @@ def serve_command(folder: Path, port: int, *flags: str) -> list[str]:
         "--kv-cache-memory-bytes",
         str(KV_CACHE_BYTES),
         "--max-model-len",
-        "2048",
+        str(stated_context(folder)),
         *flags,
     ]
 
@@ -159,6 +162,28 @@ def data_url(media_type: str, data: bytes) -> str:
     return f"data:{media_type};base64,{base64.b64encode(data).decode()}"
 
 
+def png_url(image: Any) -> str:
+    """A PIL image as a PNG data URL (lossless: the server decodes the same pixels)."""
+    import io
+
+    buffer = io.BytesIO()
+    image.save(buffer, format="PNG")
+    return data_url("image/png", buffer.getvalue())
+
+
+def chat(url: str, parts: Sequence[Mapping[str, Any]], **extra: Any) -> tuple[int, dict[str, Any]]:
+    """One user message of content ``parts`` to ``/v1/chat/completions`` (one token, the
+    prompt's token ids returned, ``extra`` added to the body): the status and the answer."""
+    body = {
+        "model": SERVED_MODEL,
+        "max_tokens": 1,
+        "messages": [{"role": "user", "content": list(parts)}],
+        "return_token_ids": True,
+        **extra,
+    }
+    return post(url, "/v1/chat/completions", body)
+
+
 def error_message(answer: Mapping[str, Any]) -> str:
     """The message of an error answer (vLLM's ``{"error": {"message": ...}}``)."""
     error = answer.get("error")
@@ -256,3 +281,40 @@ def _resume(url: str) -> None:
 
     with contextlib.suppress(httpx.HTTPError):
         httpx.post(url + "/resume", timeout=30)
+
+
+def log_of(url: str) -> Path | None:
+    """The log of the server started here at ``url`` (None for a server started elsewhere)."""
+    return _LOGS.get(url)
+
+
+def served_or_killed(url: str, parts: Sequence[Mapping[str, Any]]) -> str | None:
+    """A chat request of ``parts``: None when it is answered (200) and the server still serves;
+    else its status and message, whether ``/health`` answers after it, and what a text request
+    sent next gets."""
+    status, answer = chat(url, parts)
+    if status == 200 and healthy(url):
+        return None
+    after, next_answer = chat(url, [{"type": "text", "text": "Are you there?"}])
+    return (
+        f"HTTP {status}: {error_message(answer)[:200]}; then /health "
+        f"{'answers' if healthy(url) else 'does not answer'}, and a text request gets "
+        + (f"HTTP {after}" if after else error_message(next_answer))
+    )
+
+
+def altered_copy(folder: Path, alter: Any) -> Path:
+    """A copy of checkpoint ``folder`` (in a new temporary folder) whose ``model.safetensors``
+    holds ``alter(tensors)``: ``alter`` takes and returns the name-to-tensor dict."""
+    import atexit
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    root = Path(tempfile.mkdtemp(prefix="nnvl-altered-"))
+    atexit.register(shutil.rmtree, root, ignore_errors=True)
+    copy = root / folder.name
+    shutil.copytree(folder, copy, ignore=shutil.ignore_patterns("model.safetensors"))
+    tensors = load_file(str(folder / "model.safetensors"))
+    save_file(alter(tensors), str(copy / "model.safetensors"), metadata={"format": "pt"})
+    return copy

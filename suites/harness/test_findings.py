@@ -131,6 +131,54 @@ def test_the_table_has_a_status_column_per_release():
     assert "| not applicable | reproduced | REPRODUCED: IndexError: i |" in table
 
 
+def test_every_finding_says_how_it_meets_a_user_of_the_server():
+    """``at_the_server.toml`` has an entry for each finding not itself reproduced through the
+    server, none for anything else, and each script it names lies beside the findings."""
+    doors = findings.server_doors()
+    through_server = {p.stem for p in SCRIPTS if p.stem.startswith(findings.SERVER_PREFIX)}
+    others = {p.stem for p in SCRIPTS} - through_server
+    assert sorted(others - set(doors)) == [], "findings without an entry in at_the_server.toml"
+    assert sorted(set(doors) - others) == [], "entries for no finding (or for a server script)"
+    named = {d.script for d in doors.values() if d.script is not None}
+    assert sorted(named - {f"{s}.py" for s in through_server}) == [], "scripts that do not exist"
+
+
+def test_the_table_shows_how_each_finding_meets_the_server():
+    doors = {
+        "a": findings.ServerDoor(script="server_a.py"),
+        "b": findings.ServerDoor(not_reached="the API carries no arrays"),
+    }
+    runs = [
+        findings.FindingRun(name, findings.Status.REPRODUCED, "REPRODUCED: x")
+        for name in ("a", "b", "server_a", "c")
+    ]
+    table = findings.render_releases({"vLLM 0.32.0": runs}, doors=doors)
+    assert "| through vLLM's server |" in table
+    assert "| `server_a.py` |" in table.splitlines()[4]
+    assert "| not reached: the API carries no arrays |" in table.splitlines()[5]
+    assert "| (through the server itself) |" in table.splitlines()[6]
+    assert "| (no entry in at_the_server.toml) |" in table.splitlines()[7]
+
+
+@pytest.mark.parametrize(
+    ("text", "names"),
+    [
+        ("a = 1", ["[a]", "expected a table"]),
+        ('[a]\nscript = "x.py"', ["[a].script", "server_*.py", "'x.py'"]),
+        ('[a]\nscript = "server_a.py"\nnot_reached = "no"', ["[a]", "exactly one"]),
+        ('[a]\nsript = "server_a.py"', ["[a]", "script or not_reached", "sript"]),
+        ("[a", ["expected a TOML file"]),
+    ],
+)
+def test_a_bad_server_table_is_refused_naming_the_entry(tmp_path, text, names):
+    path = tmp_path / "at_the_server.toml"
+    path.write_text(text)
+    with pytest.raises(ValueError, match=r"at_the_server\.toml") as raised:
+        findings.server_doors(path)
+    for name in names:
+        assert name in str(raised.value)
+
+
 # ---------------------------------------------------------------------------------------------
 # Issue texts: one beside each reproduction, ready to file
 
