@@ -10,7 +10,10 @@ targets over the installed vLLM (each supervised as in the main job), and compar
 check. The delta report (``<out>/gate.md`` and ``gate.json``) lists:
 
 - regressions: checks that passed (or failed as a known deviation) on the base and fail on the
-  head, each with its message and the command that reruns it on the head's files;
+  head, grouped by cause (:mod:`harness.jobs.gate_report`): one group per exception type and
+  frame of vLLM's code, the largest first, with its count, frame, first message, the known
+  deviation it is the cause of elsewhere and one command that reruns the group; gate.json also
+  has each regression with its message and the command that reruns it on the head's files;
 - fixed known deviations: the entry to delete from ``fixtures/deviations/vllm.toml``;
 - other fixes (a check failing on the base that passes on the head), new and removed checks;
 - the unchanged rest in one line.
@@ -35,20 +38,26 @@ import shutil
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
-from typing import Any
 
 from harness import ROOT
 from harness.checkpoints.cache import shared_folders
 from harness.jobs.conformance import run_target, split_pytest_args
 from harness.jobs.cores import CoreShare, cores_shared
-from harness.jobs.deviations import deviations_path
 from harness.jobs.forkserver import ForkServer
+from harness.jobs.gate_report import (
+    Delta,
+    Side,
+    compare,
+    group_regressions,
+    regressions_document,
+    render,
+    selector_for,
+)
 from harness.jobs.report import TargetRun, build_report, write_report
 from harness.jobs.report import verdict as run_verdict
-from harness.jobs.results import Outcome, ResultsError, TargetStatus, read_results
+from harness.jobs.results import ResultsError, TargetStatus, read_results
 from harness.jobs.supervisor import Interrupt, Limits
 from harness.jobs.warm import job_fork_servers
 from harness.model_files import CONFIG_MODULES, MODEL_FAMILY_MODULES, file_of
@@ -57,8 +66,6 @@ from harness.model_files import CONFIG_MODULES, MODEL_FAMILY_MODULES, file_of
 GATE_MODULES = (*MODEL_FAMILY_MODULES, *CONFIG_MODULES)
 #: Their paths in a vLLM checkout.
 GATE_PATHS = {file_of(name).as_posix(): name for name in GATE_MODULES}
-FAILED = (Outcome.FAIL.value, Outcome.ERROR.value)
-MESSAGE_CHARS = 300
 DEFAULT_CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "nemotron-vl-gate"
 
 
@@ -105,11 +112,6 @@ def export_side(repo: Path, rev: str | None, paths: list[str], dest: Path) -> li
     return written
 
 
-def selector_for(files: list[Path]) -> str:
-    """The side's target: its files over the installed vLLM, or the installed vLLM itself."""
-    return "vllm-file:" + ",".join(str(f) for f in files) if files else "vllm"
-
-
 def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
@@ -135,24 +137,6 @@ def cache_key(files: list[Path], side_root: Path, extra: list[str]) -> str:
     parts += [f"vllm={metadata.version('vllm')}", f"harness={harness_fingerprint()}"]
     parts += [f"args={shlex.join(extra)}"]
     return _sha256("\n".join(parts).encode())[:32]
-
-
-@dataclass
-class Side:
-    name: str  # "base" or "head"
-    rev: str  # a revision, or "working tree"
-    files: list[Path]
-    run: TargetRun
-    seconds: float
-    cached: bool = False
-
-    @property
-    def status(self) -> str:
-        return run_verdict(self.run).status.value
-
-    @property
-    def outcomes(self) -> dict[str, dict[str, Any]]:
-        return {c["id"]: dict(c) for c in self.run.checks}
 
 
 def run_side(
@@ -208,113 +192,11 @@ def skipped_side(name: str, rev: str, files: list[Path], why: str) -> Side:
     return Side(name, rev, files, run, 0.0)
 
 
-@dataclass
-class Delta:
-    regressions: list[dict[str, Any]] = field(default_factory=list)
-    fixed_deviations: list[dict[str, Any]] = field(default_factory=list)
-    fixes: list[dict[str, Any]] = field(default_factory=list)
-    new: list[str] = field(default_factory=list)
-    removed: list[str] = field(default_factory=list)
-    unchanged: dict[str, int] = field(default_factory=dict)
-
-
-def compare(base: dict[str, dict[str, Any]], head: dict[str, dict[str, Any]]) -> Delta:
-    """Check by check, the base's outcome against the head's."""
-    delta = Delta()
-    for check in sorted(set(base) | set(head)):
-        b, h = base.get(check), head.get(check)
-        if b is None:
-            delta.new.append(check)
-        elif h is None:
-            delta.removed.append(check)
-        elif h["outcome"] in FAILED and b["outcome"] not in FAILED:
-            delta.regressions.append({"id": check, "base": b["outcome"], "head": h})
-        elif h["outcome"] == Outcome.XPASS and b["outcome"] != Outcome.XPASS:
-            delta.fixed_deviations.append({"id": check, "base": b["outcome"], "head": h})
-        elif b["outcome"] in FAILED and h["outcome"] not in FAILED:
-            delta.fixes.append({"id": check, "base": b["outcome"], "head": h})
-        else:
-            key = h["outcome"] if h["outcome"] == b["outcome"] else f"{b['outcome']}→{h['outcome']}"
-            delta.unchanged[key] = delta.unchanged.get(key, 0) + 1
-    return delta
-
-
-def rerun_command(check: str, head: Side) -> str:
-    return shlex.join(
-        [
-            "python",
-            "-m",
-            "pytest",
-            check,
-            f"--target={selector_for(head.files)}",
-        ]
-    )
-
-
 def gate_status(base: Side, head: Side, delta: Delta) -> int:
     for side in (base, head):
         if side.status not in (TargetStatus.OK, TargetStatus.FAILED):
             return 2
     return 1 if delta.regressions else 0
-
-
-def render(
-    repo: Path,
-    touched: list[str],
-    base: Side,
-    head: Side,
-    delta: Delta,
-    status: int,
-) -> str:
-    verdict = {
-        0: "no regression",
-        1: f"{len(delta.regressions)} regression(s)",
-        2: "a side could not run",
-    }[status]
-    lines = [
-        f"# Gate: `{repo}` {base.rev} → {head.rev}",
-        "",
-        f"**{verdict}** (exit status {status}). Model files touched: "
-        + ", ".join(f"`{p}`" for p in touched)
-        + ".",
-        "",
-    ]
-    for side in (base, head):
-        problem = run_verdict(side.run).problem
-        problem = f" — {problem}" if problem else ""
-        how = "cached results" if side.cached else f"{side.seconds:g} s"
-        lines.append(f"- {side.name} ({side.rev}): {side.status}{problem} ({how})")
-    lines += ["", f"## Regressions ({len(delta.regressions)})", ""]
-    for entry in delta.regressions:
-        message = " ".join(entry["head"]["reason"].split())
-        if len(message) > MESSAGE_CHARS:
-            message = message[: MESSAGE_CHARS - 3] + "..."  # whole in gate.json
-        lines += [
-            f"- `{entry['id']}`: {entry['base']} → **{entry['head']['outcome']}**: {message}",
-            f"  rerun: `{rerun_command(entry['id'], head)}`",
-        ]
-    deviation_file = deviations_path("vllm").relative_to(ROOT)
-    lines += [
-        "",
-        f"## Fixed known deviations ({len(delta.fixed_deviations)}): delete their entries from "
-        f"`{deviation_file}`",
-        "",
-    ]
-    lines += [f"- `{entry['id']}`" for entry in delta.fixed_deviations]
-    lines += ["", f"## Other fixes ({len(delta.fixes)})", ""]
-    lines += [
-        f"- `{entry['id']}`: {entry['base']} → {entry['head']['outcome']}" for entry in delta.fixes
-    ]
-    if delta.new or delta.removed:
-        lines += [
-            "",
-            f"## New checks ({len(delta.new)}), removed checks ({len(delta.removed)})",
-            "",
-        ]
-        lines += [f"- new: `{c}`" for c in delta.new] + [f"- removed: `{c}`" for c in delta.removed]
-    unchanged = ", ".join(f"{n} {what}" for what, n in sorted(delta.unchanged.items()))
-    lines += ["", f"Unchanged: {sum(delta.unchanged.values())} checks ({unchanged or 'none'}).", ""]
-    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -398,7 +280,8 @@ def main(argv: list[str] | None = None) -> int:
             base = run("base", args.base, base_files, cache=cache, cores=cores)
     delta = compare(base.outcomes, head.outcomes)
     status = gate_status(base, head, delta)
-    markdown = render(repo, touched, base, head, delta, status)
+    by_cause = group_regressions(delta, out / "regressions")
+    markdown = render(repo, touched, base, head, delta, by_cause, status)
     (out / "gate.md").write_text(markdown)
     document = {
         "repo": str(repo),
@@ -416,7 +299,7 @@ def main(argv: list[str] | None = None) -> int:
             }
             for side in (base, head)
         },
-        "regressions": [e | {"rerun": rerun_command(e["id"], head)} for e in delta.regressions],
+        **regressions_document(delta, by_cause, head),
         "fixed_deviations": delta.fixed_deviations,
         "fixes": delta.fixes,
         "new": delta.new,

@@ -57,6 +57,7 @@ class CheckResult(TypedDict):
     reach: NotRequired[str]  # how a user reaches the known deviation
     measured: NotRequired[dict[str, Any]]  # numbers the check measured (parity errors)
     self_consistency: NotRequired[str]  # what a check compares the target with itself on
+    cause: NotRequired[dict[str, str]]  # a failure's type, frame and message (jobs.causes)
 
 
 class TargetResults(TypedDict):

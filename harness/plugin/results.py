@@ -13,11 +13,14 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from harness import ROOT
 from harness.checkpoints.serving import DEFAULT_SERVING, ServingConfig
+from harness.jobs.causes import cause_of
 from harness.jobs.kept import record_imports
 from harness.jobs.results import (
     PHASES,
@@ -255,6 +258,20 @@ class ResultsRecorder:
             phase: round(ours[phase] + self.earlier_phases.get(phase, 0.0), 2) for phase in PHASES
         }
 
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_makereport(
+        self, item: pytest.Item, call: pytest.CallInfo[None]
+    ) -> Iterator[None]:
+        """A failed check's report carries its cause (:func:`harness.jobs.causes.cause_of`):
+        the gate groups regressions by it."""
+        outcome = yield
+        report: pytest.TestReport = outcome.get_result()  # type: ignore[attr-defined]
+        excinfo = call.excinfo
+        if excinfo is None or not report.failed or item.nodeid not in self.check_ids:
+            return
+        cause = cause_of(excinfo.type, excinfo.value, excinfo.tb, item.path, ROOT)
+        report.user_properties = [*report.user_properties, ("cause", cause)]
+
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if report.nodeid not in self.check_ids:
             return
@@ -287,6 +304,9 @@ class ResultsRecorder:
             result["actual_cause"] = str(properties["actual_cause"])
         if "reach" in properties:  # how a user reaches the known deviation
             result["reach"] = str(properties["reach"])
+        cause = properties.get("cause")
+        if outcome in (Outcome.FAIL, Outcome.ERROR) and isinstance(cause, dict):
+            result["cause"] = {str(k): str(v) for k, v in cause.items()}  # jobs.causes.Cause
         measured = properties.get("measured")
         if isinstance(measured, dict) and measured:  # numbers the check measured (parity)
             result["measured"] = measured

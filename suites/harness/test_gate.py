@@ -142,8 +142,27 @@ def test_a_seeded_bug_is_a_regression_with_its_rerun_command(gate_runs):
         assert words[:4] == ["python", "-m", "pytest", entry["id"]], words
         assert words[4] == f"--target=vllm-file:{run.out / 'head' / 'src' / MODEL_FILE}"
     assert report["fixed_deviations"] == []
+    # One cause: the truth value of a tensor, asked on the seeded (walrus) line of the model file.
+    (group,) = report["groups"]
+    assert (group["type"], group["count"], sorted(group["ids"])) == (
+        "RuntimeError",
+        3,
+        sorted(regressions),
+    )
+    head_file = run.out / "head" / "src" / MODEL_FILE
+    path, _, where = group["frame"].partition(":")
+    assert path == MODEL_FILE.as_posix(), group["frame"]
+    line = int(where.split(" ")[0])
+    assert ":=" in head_file.read_text().splitlines()[line - 1], group["frame"]
+    assert "Boolean value of Tensor" in group["message"]
+    rerun = shlex.split(group["rerun"])
+    assert rerun[:3] == ["python", "-m", "pytest"]
+    ids_file = Path(rerun[3].removeprefix("@"))
+    assert ids_file.read_text().split() == group["ids"]
     markdown = (run.out / "gate.md").read_text()
     assert "**3 regression(s)** (exit status 1)" in markdown
+    assert "## Regressions (3) in 1 group(s) by cause" in markdown
+    assert f"### 1. 3 checks: `RuntimeError` from `{group['frame']}`" in markdown
     assert "Unchanged: 9 checks (9 pass)." in markdown
 
 
