@@ -70,7 +70,7 @@ def cause_of(
     while traceback is not None:
         code = traceback.tb_frame.f_code
         module = str(traceback.tb_frame.f_globals.get("__name__", ""))
-        frames.append((module, code.co_filename, traceback.tb_lineno, code.co_name))
+        frames.append((module, code.co_filename, traceback.tb_lineno, code.co_qualname))
         traceback = traceback.tb_next
     message = str(error).strip().splitlines()
     cause = Cause(type=_type_name(kind), frame="(no frame)", message=message[0] if message else "")

@@ -4,7 +4,9 @@
                      [--cache DIR | --no-cache] [-- extra pytest arguments]
 
 From a vLLM checkout and two revisions (``--head`` omitted: the working tree), the gate finds the
-files of this model the change touches (:data:`GATE_PATHS`), writes each side's versions under
+files the change touches that this model's checks run: the model's own (:data:`GATE_PATHS`) and
+every vLLM file one of whose functions a check executes (the measured scope,
+``fixtures/gate_scope.json``: :mod:`harness.jobs.scope`); it writes each side's versions under
 ``<out>/base/`` and ``<out>/head/``, runs the conformance suites on both as ``vllm-file:``
 targets over the installed vLLM (each supervised as in the main job), and compares them check by
 check. The delta report (``<out>/gate.md`` and ``gate.json``) lists:
@@ -38,6 +40,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
 
@@ -55,9 +58,11 @@ from harness.jobs.gate_report import (
     render,
     selector_for,
 )
+from harness.jobs.gate_stages import merged_side, plan_stages, selected_none, stage_notes
 from harness.jobs.report import TargetRun, build_report, write_report
 from harness.jobs.report import verdict as run_verdict
 from harness.jobs.results import ResultsError, TargetStatus, read_results
+from harness.jobs.scope import REFRESH, SCOPE_FILE, Scope, ScopeError, read_scope, summary
 from harness.jobs.supervisor import Interrupt, Limits
 from harness.jobs.warm import job_fork_servers
 from harness.model_files import CONFIG_MODULES, MODEL_FAMILY_MODULES, file_of
@@ -82,10 +87,31 @@ def git(repo: Path, *args: str) -> str:
     return proc.stdout
 
 
-def touched_model_files(repo: Path, base: str, head: str | None) -> list[str]:
-    """The model's files (paths from the checkout's root) that differ between the sides."""
+def changed_files(repo: Path, base: str, head: str | None) -> list[str]:
+    """The files (paths from the checkout's root) that differ between the sides."""
     names = git(repo, "diff", "--name-only", base, *([head] if head else []), "--")
-    return sorted(path for path in names.splitlines() if path in GATE_PATHS)
+    return sorted(path for path in names.splitlines() if path)
+
+
+def in_scope(changed: list[str], scope: Scope) -> list[str]:
+    """Those of ``changed`` the model's checks run: its own files, and the files of the scope."""
+    return [path for path in changed if path in GATE_PATHS or scope.covers(path)]
+
+
+def none_in_scope(changed: list[str], scope: Scope) -> str:
+    """Why a change with none of its files in scope needs no check: what it touched, and what
+    the scope holds."""
+    counts = summary(scope)
+    shown = ", ".join(f"`{p}`" for p in changed[:20]) + (
+        f" and {len(changed) - 20} more" if len(changed) > 20 else ""
+    )
+    return (
+        f"touches none of the files this model's checks run: {shown or 'no file'}. None is one "
+        f"of the model's own files ({len(GATE_PATHS)}), nor holds a function any of the "
+        f"{counts['checks']} checks executes (the scope: {counts['functions']} functions in "
+        f"{counts['files']} files, measured on vLLM {scope.vllm_version}, "
+        f"{SCOPE_FILE.relative_to(ROOT)}; refresh: {REFRESH}): nothing to check"
+    )
 
 
 def export_side(repo: Path, rev: str | None, paths: list[str], dest: Path) -> list[Path]:
@@ -151,8 +177,10 @@ def run_side(
     groups: int = 1,
     cores: CoreShare | None = None,
     fork_server: ForkServer | None = None,
+    stage: str = "",
 ) -> Side:
-    """One side's run (``groups`` of whole modules side by side), or its cached results."""
+    """One side's run (``groups`` of whole modules side by side), or its cached results; a
+    ``stage``'s run writes its reports in a folder of its own."""
     side_out = out / name
     key_file: Path | None = None
     if cache is not None:
@@ -169,7 +197,7 @@ def run_side(
     run = run_target(
         selector_for(files),
         "cpu",
-        side_out,
+        side_out / stage if stage else side_out,
         extra,
         limits,
         interrupt,
@@ -179,7 +207,10 @@ def run_side(
         fork_server=fork_server,
     )
     side = Side(name, rev, files, run, round(time.monotonic() - start, 1))
-    write_report(build_report([run], command=f"gate {name} side ({rev})"), side_out)
+    write_report(
+        build_report([run], command=f"gate {name} side ({rev})"),
+        side_out / stage if stage else side_out,
+    )
     if key_file is not None and run.results is not None and side.status in ("ok", "failed"):
         key_file.parent.mkdir(parents=True, exist_ok=True)
         key_file.write_text(json.dumps(run.results, indent=2) + "\n")
@@ -190,6 +221,23 @@ def skipped_side(name: str, rev: str, files: list[Path], why: str) -> Side:
     """A side the gate did not run; its problem says why."""
     run = TargetRun(selector_for(files), 2, None, problem=f"not run: {why}")
     return Side(name, rev, files, run, 0.0)
+
+
+def run_both(
+    run: Callable[..., Side],
+    base_rev: str,
+    head_rev: str,
+    base_files: list[Path],
+    head_files: list[Path],
+    cache: Path | None,
+    cores: CoreShare | None,
+) -> tuple[Side, Side]:
+    """The head's run, then the base's (cached where it can be). A head that cannot run (an
+    import vLLM lacks) ends there: the base's run could not be compared with it."""
+    head = run("head", head_rev, head_files, cache=None, cores=cores)
+    if head.status == TargetStatus.COULD_NOT_RUN:
+        return skipped_side("base", base_rev, base_files, "the head side could not run"), head
+    return run("base", base_rev, base_files, cache=cache, cores=cores), head
 
 
 def gate_status(base: Side, head: Side, delta: Delta) -> int:
@@ -210,6 +258,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=ROOT / "reports" / "gate")
     parser.add_argument("--cache", type=Path, default=DEFAULT_CACHE)
     parser.add_argument("--no-cache", action="store_true", help="run the base side even if cached")
+    parser.add_argument(
+        "--first-stage-only",
+        action="store_true",
+        help="stop after the checks that execute the changed functions (a local run's quick "
+        "verdict; the CI gate runs every check)",
+    )
+    parser.add_argument(
+        "--scope",
+        type=Path,
+        default=SCOPE_FILE,
+        help="the scope table: the vLLM files and functions the checks run (default: %(default)s)",
+    )
     try:
         args = parser.parse_args(argv)
     except SystemExit as e:
@@ -218,18 +278,17 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if not (repo / ".git").exists():
             raise GateError(f"--repo: expected a git checkout, got {repo} (no .git)")
-        touched = touched_model_files(repo, args.base, args.head)
-    except GateError as e:
+        changed = changed_files(repo, args.base, args.head)
+        scope = read_scope(args.scope)
+    except (GateError, ScopeError) as e:
         print(f"nemotron-vl-gate: error: {e}", file=sys.stderr)
         return 2
+    touched = in_scope(changed, scope)
     head_rev = args.head or "working tree"
     out: Path = args.out.resolve()
     shutil.rmtree(out, ignore_errors=True)
     if not touched:
-        message = (
-            f"gate: {args.base} → {head_rev} touches none of the model's files "
-            f"({', '.join(sorted(GATE_PATHS))}): nothing to check"
-        )
+        message = f"gate: {args.base} → {head_rev} {none_in_scope(changed, scope)}"
         out.mkdir(parents=True)
         (out / "gate.md").write_text(f"# Gate: `{repo}` {args.base} → {head_rev}\n\n{message}\n")
         (out / "gate.json").write_text(
@@ -239,6 +298,7 @@ def main(argv: list[str] | None = None) -> int:
                     "base": args.base,
                     "head": head_rev,
                     "touched": [],
+                    "changed": changed,
                     "exit_status": 0,
                 },
                 indent=2,
@@ -247,7 +307,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         print(message)
         return 0
-    print(f"gate: model files touched: {', '.join(touched)}", flush=True)
+    print(f"gate: files in scope touched: {', '.join(touched)}", flush=True)
     limits = Limits()
     cache = None if args.no_cache else args.cache
     # One side after the other, each side's checks over every core as groups of whole modules
@@ -271,17 +331,56 @@ def main(argv: list[str] | None = None) -> int:
             groups=groups,
             fork_server=servers["vllm"],
         )
-        # The head first: a head that cannot run (an import vLLM lacks) ends the gate without
-        # the base side's run, whose results it could not be compared with.
-        head = run("head", head_rev, head_files, cache=None, cores=cores)
-        if head.status == TargetStatus.COULD_NOT_RUN:
-            base = skipped_side("base", args.base, base_files, "the head side could not run")
+        stage = plan_stages(repo, args.base, args.head, touched, out, scope)
+        notes = stage_notes(stage)
+        if stage is None:
+            base, head = run_both(run, args.base, head_rev, base_files, head_files, cache, cores)
         else:
-            base = run("base", args.base, base_files, cache=cache, cores=cores)
+            listed = stage.write(out / "stages")
+            started = time.monotonic()
+            base, head = run_both(
+                functools.partial(run, extra=[*extra, "--checks-from", str(listed)], stage="1"),
+                args.base,
+                head_rev,
+                base_files,
+                head_files,
+                cache,
+                cores,
+            )
+            first = compare(base.outcomes, head.outcomes)
+            verdict = f"{len(first.regressions)} regression(s)"
+            notes.append(
+                f"stage 1: the {len(stage.ids)} checks that executed them, {verdict} "
+                f"({time.monotonic() - started:.0f} s; head {head.status}, base {base.status})"
+            )
+            print(f"gate: {notes[-1]}", flush=True)
+            if args.first_stage_only:
+                notes.append(
+                    "stage 2 not run (--first-stage-only): a local verdict, not the gate's"
+                )
+            elif TargetStatus.COULD_NOT_RUN not in (head.status, base.status):
+                rest_base, rest_head = run_both(
+                    functools.partial(
+                        run, extra=[*extra, "--checks-not-from", str(listed)], stage="2"
+                    ),
+                    args.base,
+                    head_rev,
+                    base_files,
+                    head_files,
+                    cache,
+                    cores,
+                )
+                if selected_none(rest_head):  # a pytest selection (-k) left nothing more
+                    notes.append("stage 2: no other check selected")
+                else:
+                    base, head = merged_side(base, rest_base), merged_side(head, rest_head)
+                    notes.append(
+                        f"stage 2: every other check (head {head.status}, base {base.status})"
+                    )
     delta = compare(base.outcomes, head.outcomes)
     status = gate_status(base, head, delta)
     by_cause = group_regressions(delta, out / "regressions")
-    markdown = render(repo, touched, base, head, delta, by_cause, status)
+    markdown = render(repo, touched, base, head, delta, by_cause, status, scope, notes)
     (out / "gate.md").write_text(markdown)
     document = {
         "repo": str(repo),
@@ -299,6 +398,7 @@ def main(argv: list[str] | None = None) -> int:
             }
             for side in (base, head)
         },
+        "stages": notes,
         **regressions_document(delta, by_cause, head),
         "fixed_deviations": delta.fixed_deviations,
         "fixes": delta.fixes,

@@ -18,6 +18,7 @@ from harness.jobs.deviations import deviations_path, load_deviations
 from harness.jobs.report import TargetRun
 from harness.jobs.report import verdict as run_verdict
 from harness.jobs.results import Outcome
+from harness.jobs.scope import Scope
 
 FAILED = (Outcome.FAIL.value, Outcome.ERROR.value)
 
@@ -132,6 +133,14 @@ def regressions_document(
     }
 
 
+def _in_scope_because(path: str, scope: Scope | None) -> str:
+    functions = scope.files.get(path, {}) if scope is not None else {}
+    if not functions:
+        return "the model's own"
+    checks = set().union(*(f.checks for f in functions.values()))
+    return f"{len(functions)} of its functions run by {len(checks)} checks"
+
+
 def _short(text: str) -> str:
     text = " ".join(text.split())
     return text if len(text) <= MESSAGE_CHARS else text[: MESSAGE_CHARS - 3] + "..."
@@ -161,6 +170,8 @@ def render(
     delta: Delta,
     groups: list[tuple[CauseGroup, Path]],
     status: int,
+    scope: Scope | None = None,
+    notes: list[str] | None = None,
 ) -> str:
     verdict = {
         0: "no regression",
@@ -170,8 +181,8 @@ def render(
     lines = [
         f"# Gate: `{repo}` {base.rev} → {head.rev}",
         "",
-        f"**{verdict}** (exit status {status}). Model files touched: "
-        + ", ".join(f"`{p}`" for p in touched)
+        f"**{verdict}** (exit status {status}). Files touched that the checks run: "
+        + ", ".join(f"`{p}` ({_in_scope_because(p, scope)})" for p in touched)
         + ".",
         "",
     ]
@@ -180,6 +191,7 @@ def render(
         problem = f" — {problem}" if problem else ""
         how = "cached results" if side.cached else f"{side.seconds:g} s"
         lines.append(f"- {side.name} ({side.rev}): {side.status}{problem} ({how})")
+    lines += [f"- {note}" for note in notes or []]
     lines += [
         "",
         f"## Regressions ({len(delta.regressions)}) in {len(groups)} group(s) by cause",

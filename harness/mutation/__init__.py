@@ -4,6 +4,8 @@
   model file; ``nemotron-vl-file-mutant NAME DIR`` writes one);
 - ``ast_mutants``: first-order mutants generated from the installed files;
 - ``reach``, ``reach_measure``: the score's scope, measured: which checks execute which lines;
+- ``scope``: the gate's scope, measured (``nemotron-vl-scope``): every function of vLLM the
+  checks execute, with the checks that execute it;
 - ``unreached``: why no check executes a line (``fixtures/unreached.toml``), joined with the map;
 - ``corpus``: the regression corpus (``fixtures/corpus.toml``) and the checks each mutant must
   fail;

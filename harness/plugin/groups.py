@@ -1,4 +1,7 @@
-"""Check groups: one pytest process's share of a target's checks (``--check-group K/N``).
+"""Check groups: one pytest process's share of a target's checks (``--check-group K/N``), and a
+selection by id (``--checks-from FILE`` keeps the checks a file lists, one id a line;
+``--checks-not-from FILE`` drops them): the gate's two stages, the checks that execute a
+change's functions first, then the rest.
 
 The main job spreads a target's checks over N supervised processes at once. Each collects every
 check and keeps the modules of its group: whole modules, because a module's checks share its
@@ -13,6 +16,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from pathlib import Path
 
 import pytest
 
@@ -45,18 +49,62 @@ def assign_groups(checks_per_module: Mapping[str, int], count: int) -> dict[str,
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    parser.getgroup("nemotron-vl").addoption(
+    group = parser.getgroup("nemotron-vl")
+    group.addoption(
         "--check-group",
         default=None,
         metavar="K/N",
         help="run the K-th of N groups of whole modules (the main job's processes per target)",
     )
+    group.addoption(
+        "--checks-from",
+        default=None,
+        metavar="FILE",
+        help="run only the checks FILE lists (one id a line)",
+    )
+    group.addoption(
+        "--checks-not-from",
+        default=None,
+        metavar="FILE",
+        help="run every check but those FILE lists (one id a line)",
+    )
+
+
+def read_check_ids(option: str, path: str) -> set[str]:
+    """The check ids a ``--checks-from``/``--checks-not-from`` file lists; a clear error naming
+    the option and the file otherwise."""
+    try:
+        text = Path(path).read_text()
+    except OSError as e:
+        raise pytest.UsageError(f"{option}: expected a file of check ids, got {path!r}: {e}") from e
+    return {line.strip() for line in text.splitlines() if line.strip()}
+
+
+def keep_listed(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Apply ``--checks-from`` and ``--checks-not-from``, deselecting the others."""
+    keep, drop = config.getoption("--checks-from"), config.getoption("--checks-not-from")
+    if keep is None and drop is None:
+        return
+    wanted = read_check_ids("--checks-from", str(keep)) if keep is not None else None
+    unwanted = read_check_ids("--checks-not-from", str(drop)) if drop is not None else set()
+    mine = [
+        item
+        for item in items
+        if (wanted is None or item.nodeid in wanted) and item.nodeid not in unwanted
+    ]
+    if len(mine) != len(items):
+        kept = set(mine)
+        others = [item for item in items if item not in kept]
+        items[:] = mine
+        config.hook.pytest_deselected(items=others)
 
 
 def keep_group(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Keep the items of this process's group, deselecting the others. Called by the results
+    """Keep the listed items (:func:`keep_listed`), then those of this process's group,
+    deselecting the others. Called by the results
     plugin once every other selection (``-k``, ``-m``) is made, so that the groups share out
     what was selected, and before it counts the checks this process runs."""
+    keep_listed(config, items)
     option = config.getoption("--check-group")
     if option is None:
         return

@@ -79,7 +79,8 @@ def test_without_vllm_on_the_traceback_it_is_the_checks_failed_assertion():
     except AssertionError as e:
         cause = cause_of(AssertionError, e, e.__traceback__, HERE, ROOT)
     line = _line_of("# <- " + "charged here")
-    assert cause["frame"] == f"suites/harness/test_causes.py:{line} (compare)"
+    test = "test_without_vllm_on_the_traceback_it_is_the_checks_failed_assertion"
+    assert cause["frame"] == f"suites/harness/test_causes.py:{line} ({test}.<locals>.compare)"
     assert cause["type"] == "AssertionError"
     assert cause["message"].startswith("expected 2, got 1")
 

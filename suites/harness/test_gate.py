@@ -19,7 +19,7 @@ import pytest
 
 from harness.jobs.speed import git_commit as commit
 from harness.jobs.speed import installed_checkout as make_checkout
-from harness.model_files import MODEL_FILE
+from harness.model_files import MODEL_FILE, installed_file
 from harness.mutation.file_mutants import MUTATIONS
 from suites.harness.helpers import ROOT, needs_vllm, one_thread_env, selected_tests, two_at_a_time
 
@@ -60,13 +60,17 @@ def run_gate(repo: Path, base: str, head: str | None, out: Path, *pytest_args: s
     return proc, report
 
 
-Change = tuple[str | None, tuple[str, ...]]  # the head revision (None: the working tree), -k
+#: The head revision (None: the working tree), the pytest selection, and the base revision when
+#: the change makes its own (None: the checkout's first commit).
+Change = tuple[str | None, tuple[str, ...], str | None]
+#: A file vLLM shares with every model, which this model's checks run (the gate's scope).
+SHARED_FILE = "vllm/utils/tensor_schema.py"
 
 
 def seed_a_bug(repo: Path) -> Change:
     model = repo / MODEL_FILE
     model.write_text(MUTATIONS["image-embeds-walrus-truthiness"].apply(model.read_text()))
-    return commit(repo, "check image_embeds by truth value"), ("-k", "pass_through_verbatim")
+    return commit(repo, "check image_embeds by truth value"), ("-k", "pass_through_verbatim"), None
 
 
 def fix_a_known_deviation(repo: Path) -> Change:
@@ -81,7 +85,7 @@ def fix_a_known_deviation(repo: Path) -> Change:
     at = source.index(declared, image_class)
     fixed = declared.replace('"h")', '"h", dynamic_dims={"f"})')
     model.write_text(source[:at] + fixed + source[at + len(declared) :])
-    return None, ("-k", "ragged_embedding_lists")
+    return None, ("-k", "ragged_embedding_lists"), None
 
 
 def use_a_newer_helper(repo: Path) -> Change:
@@ -90,7 +94,24 @@ def use_a_newer_helper(repo: Path) -> Change:
         "from vllm.model_executor.models.utils import a_helper_from_the_future\n"
         + model.read_text()
     )
-    return commit(repo, "use a newer helper"), ("-k", "pass_through_verbatim")
+    return commit(repo, "use a newer helper"), ("-k", "pass_through_verbatim"), None
+
+
+def break_a_shared_file(repo: Path) -> Change:
+    """vLLM's tensor schema, shared by every model, asks a field for its truth value instead of
+    comparing it with None: the model's embeddings (tensors) fail validation."""
+    shared = repo / SHARED_FILE
+    shared.parent.mkdir(parents=True, exist_ok=True)
+    shared.write_text(installed_file(Path(SHARED_FILE)).read_text())
+    base = commit(repo, "the shared tensor schema, as released")
+    source = shared.read_text()
+    old = "if not hasattr(self, field_name) or getattr(self, field_name) is None:"
+    assert source.count(old) == 1, "the installed tensor_schema.py changed: pick another line"
+    shared.write_text(
+        source.replace(old, "if not hasattr(self, field_name) or not getattr(self, field_name):")
+    )
+    head = commit(repo, "tensor schema: a missing field by its truth value")
+    return head, ("-k", "pass_through_verbatim"), base
 
 
 #: The changes whose gate runs take a while, by the test that reads the run.
@@ -98,6 +119,7 @@ CHANGES: dict[str, Callable[[Path], Change]] = {
     "test_a_seeded_bug_is_a_regression_with_its_rerun_command": seed_a_bug,
     "test_a_fixed_known_deviation_is_good_news": fix_a_known_deviation,
     "test_a_file_that_needs_a_newer_vllm_exits_2_saying_so": use_a_newer_helper,
+    "test_a_shared_file_the_checks_run_is_gated_and_grouped": break_a_shared_file,
 }
 
 
@@ -119,8 +141,8 @@ def gate_runs(
     def run(test: str) -> GateRun:
         folder = tmp_path_factory.mktemp(test.removeprefix("test_")[:40])
         repo, base = make_checkout(folder)
-        head, selection = CHANGES[test](repo)
-        proc, report = run_gate(repo, base, head, folder / "out", *selection)
+        head, selection, own_base = CHANGES[test](repo)
+        proc, report = run_gate(repo, own_base or base, head, folder / "out", *selection)
         return GateRun(proc, report, folder / "out")
 
     return two_at_a_time(run, wanted)
@@ -185,15 +207,18 @@ def test_an_unrelated_change_exits_0_without_running(checkout, tmp_path):
     head = commit(repo, "docs")
     proc, report = run_gate(repo, base, head, tmp_path / "out")
     assert proc.returncode == 0, proc.stderr
-    assert "touches none of the model's files" in proc.stdout
+    assert "touches none of the files this model's checks run: `README.md`" in proc.stdout
     assert report == {
         "repo": str(repo),
         "base": base,
         "head": head,
         "touched": [],
+        "changed": ["README.md"],
         "exit_status": 0,
     }
-    assert "touches none of the model's files" in (tmp_path / "out" / "gate.md").read_text()
+    markdown = (tmp_path / "out" / "gate.md").read_text()
+    assert "touches none of the files this model's checks run" in markdown
+    assert "fixtures/gate_scope.json" in markdown
 
 
 def test_a_file_that_needs_a_newer_vllm_exits_2_saying_so(gate_runs):
@@ -217,3 +242,26 @@ def test_a_bad_revision_exits_2_naming_it(checkout, tmp_path):
     assert proc.returncode == 2
     assert "no-such-rev" in proc.stderr
     assert report is None
+
+
+def test_a_shared_file_the_checks_run_is_gated_and_grouped(gate_runs):
+    """A change to a file outside the model's seven, which the scope table says the checks run:
+    gated, its functions' checks first, its regressions in one group charged to its line."""
+    run = gate_runs["test_a_shared_file_the_checks_run_is_gated_and_grouped"]
+    proc, report = run.proc, run.report
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert report["touched"] == [SHARED_FILE]
+    assert report["stages"][0] == f"changed functions: {SHARED_FILE}: TensorSchema.validate"
+    assert report["stages"][1].startswith("stage 1: ")
+    assert report["stages"][2] == "stage 2: no other check selected"  # -k kept stage 1's alone
+    head_file = run.out / "head" / "src" / SHARED_FILE
+    changed_line = next(
+        i
+        for i, line in enumerate(head_file.read_text().splitlines(), 1)
+        if "or not getattr(self, field_name):" in line
+    )
+    (largest, *_) = report["groups"]
+    assert largest["type"] == "RuntimeError"
+    assert largest["frame"] == f"{SHARED_FILE}:{changed_line} (TensorSchema.validate)"
+    assert "Boolean value of Tensor" in largest["message"]
+    assert largest["count"] == len(report["regressions"])

@@ -1,0 +1,191 @@
+"""The gate's scope table (:mod:`harness.jobs.scope`): read back as written, refused clearly
+when malformed, functions found by their lines, and the gate's choice of files from it. The
+committed table (``fixtures/gate_scope.json``) holds the model's own files and shared ones."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+
+import pytest
+
+from harness.jobs.gate import GATE_PATHS, in_scope, none_in_scope
+from harness.jobs.gate_stages import FirstStage, changed_lines, first_stage
+from harness.jobs.scope import (
+    SCOPE_FILE,
+    FunctionReach,
+    Scope,
+    ScopeError,
+    changed_functions,
+    functions_of,
+    read_scope,
+)
+from harness.model_files import MODEL_FILE
+
+SOURCE = textwrap.dedent(
+    """\
+    import os
+
+    LIMIT = 3
+
+
+    def top(x):
+        def inner(y):
+            return y + 1
+
+        return inner(x)
+
+
+    class Parser:
+        @staticmethod
+        def parse(data):
+            return data
+
+        class Nested:
+            def deep(self):
+                return 0
+    """
+)
+
+
+def _scope() -> Scope:
+    return Scope(
+        vllm_version="0.33.0",
+        checks=["suites/a.py::test_one", "suites/a.py::test_two", "suites/b.py::test_three"],
+        files={
+            "vllm/multimodal/parse.py": {
+                "Parser.parse": FunctionReach(14, 16, frozenset({0, 2})),
+                "top": FunctionReach(6, 10, frozenset({1})),
+            }
+        },
+        meta={"command": "nemotron-vl-scope"},
+    )
+
+
+def test_functions_are_found_by_their_lines():
+    assert list(functions_of(SOURCE)) == [
+        ("top", 6, 10),
+        ("top.inner", 7, 8),
+        ("Parser.parse", 14, 16),  # its decorator's line is its first
+        ("Parser.Nested.deep", 19, 20),
+    ]
+    # A line in a nested function is the nested one's; module-level lines name none.
+    assert changed_functions(SOURCE, [8]) == {"top.inner"}
+    assert changed_functions(SOURCE, [10, 16, 3]) == {"top", "Parser.parse"}
+    assert changed_functions(SOURCE, [1, 3]) == set()
+
+
+def test_the_table_reads_back_as_written(tmp_path):
+    path = tmp_path / "gate_scope.json"
+    path.write_text(json.dumps(_scope().to_json()))
+    scope = read_scope(path)
+    assert scope == _scope()
+    assert scope.checks_of("vllm/multimodal/parse.py", ["Parser.parse"]) == [
+        "suites/a.py::test_one",
+        "suites/b.py::test_three",
+    ]
+    assert scope.checks_of("vllm/multimodal/parse.py", ["top", "Parser.parse"]) == _scope().checks
+    assert scope.checks_of("vllm/other.py", ["top"]) == []
+
+
+@pytest.mark.parametrize(
+    ("damage", "names"),
+    [
+        (lambda d: d.pop("vllm_version"), ["vllm_version"]),
+        (lambda d: d.update(checks="x"), ["checks"]),
+        (lambda d: d["files"]["vllm/multimodal/parse.py"].update(top=[6, 10]), ["'top'"]),
+        (lambda d: d["files"]["vllm/multimodal/parse.py"].update(top=[6, 10, "zz"]), ["hex"]),
+        (lambda d: d["files"]["vllm/multimodal/parse.py"].update(top=[6, 10, "10"]), ["check 4"]),
+    ],
+)
+def test_a_malformed_table_is_refused_naming_the_field(tmp_path, damage, names):
+    document = _scope().to_json()
+    damage(document)
+    path = tmp_path / "gate_scope.json"
+    path.write_text(json.dumps(document))
+    with pytest.raises(ScopeError, match=r"gate_scope\.json") as raised:
+        read_scope(path)
+    for name in names:
+        assert name in str(raised.value)
+
+
+def test_the_gate_takes_the_models_files_and_the_scopes():
+    scope = _scope()
+    changed = ["README.md", MODEL_FILE.as_posix(), "vllm/multimodal/parse.py", "vllm/other.py"]
+    assert in_scope(changed, scope) == [MODEL_FILE.as_posix(), "vllm/multimodal/parse.py"]
+    why = none_in_scope(["README.md", "vllm/other.py"], scope)
+    assert "`README.md`, `vllm/other.py`" in why
+    assert f"one of the model's own files ({len(GATE_PATHS)})" in why
+    assert "any of the 3 checks executes (the scope: 2 functions in 1 files" in why
+    assert "measured on vLLM 0.33.0" in why
+
+
+def test_the_committed_table_holds_the_models_files_and_shared_ones():
+    """Measured, not listed: the model's own files are in it because its checks ran them (the
+    model's forward on CPU excepted), and so are files vLLM shares with every model."""
+    scope = read_scope(SCOPE_FILE)
+    assert MODEL_FILE.as_posix() in scope.files
+    shared = [p for p in scope.files if p not in GATE_PATHS]
+    assert any(p.startswith("vllm/multimodal/") for p in shared), shared[:20]
+    assert scope.meta.get("command") == "nemotron-vl-scope --out fixtures/gate_scope.json"
+
+
+# ---------------------------------------------------------------------------------------------
+# The gate's stages: the checks that execute a change's functions first
+
+
+def test_a_diffs_changed_lines_on_each_side():
+    diff = textwrap.dedent(
+        """\
+        diff --git a/f.py b/f.py
+        @@ -8 +8 @@ def top(x):
+        -            return y + 1
+        +            return y + 2
+        @@ -15,0 +16,2 @@ class Parser:
+        +            data = list(data)
+        +            return data
+        @@ -20,2 +21,0 @@
+        -            return 0
+        -            return 1
+        """
+    )
+    # Replaced line 8; two lines added after base line 15; two base lines (20-21) deleted.
+    assert changed_lines(diff) == ([8, 15, 20, 21], [8, 16, 17, 21])
+
+
+def _stage(diff_lines: str, head: str):
+    diff = f"@@ {diff_lines} @@\n"
+    return first_stage(
+        {"vllm/multimodal/parse.py": diff}, {"vllm/multimodal/parse.py": (SOURCE, head)}, _scope()
+    )
+
+
+def test_the_first_stage_is_the_checks_of_the_changed_functions():
+    head = SOURCE.replace("return data", "return list(data)")
+    stage = _stage("-16 +16", head)
+    assert stage is not None
+    assert stage.functions == {"vllm/multimodal/parse.py": ["Parser.parse"]}
+    assert stage.ids == ["suites/a.py::test_one", "suites/b.py::test_three"]  # the table's order
+    # A change in a nested function counts as the nested one's: no check ran it.
+    stage = _stage("-8 +8", SOURCE.replace("y + 1", "y + 2"))
+    assert stage is not None
+    assert stage.functions == {"vllm/multimodal/parse.py": ["top.inner"]}
+    assert stage.ids == []
+
+
+def test_a_module_level_change_or_a_new_file_is_one_stage():
+    assert _stage("-3 +3", SOURCE.replace("LIMIT = 3", "LIMIT = 4")) is None
+    assert (
+        first_stage(
+            {"vllm/new.py": "@@ -0,0 +1 @@\n"}, {"vllm/new.py": (None, "x = 1\n")}, _scope()
+        )
+        is None
+    )
+
+
+def test_the_stage_file_is_named_by_its_content(tmp_path):
+    stage = FirstStage({"f.py": ["g"]}, ["suites/a.py::test_one", "suites/a.py::test_two"])
+    path = stage.write(tmp_path)
+    assert path.read_text().split() == stage.ids
+    assert FirstStage({}, list(stage.ids)).write(tmp_path) == path
+    assert FirstStage({}, stage.ids[:1]).write(tmp_path) != path
