@@ -64,7 +64,7 @@ from harness.jobs.report import verdict as run_verdict
 from harness.jobs.results import ResultsError, TargetStatus, read_results
 from harness.jobs.scope import REFRESH, SCOPE_FILE, Scope, ScopeError, read_scope, summary
 from harness.jobs.supervisor import Interrupt, Limits
-from harness.jobs.warm import job_fork_servers
+from harness.jobs.warm import DEFAULT_KEEP_WARM_MIN, job_fork_servers
 from harness.model_files import CONFIG_MODULES, MODEL_FAMILY_MODULES, file_of
 
 #: The modules of this model, the gate looks for among a change's files.
@@ -158,10 +158,20 @@ def harness_fingerprint() -> str:
     return digest.hexdigest()
 
 
+#: Options whose value is a file of check ids: its content, not its path, keys the cache.
+ID_FILE_OPTIONS = ("--checks-from", "--checks-not-from")
+
+
 def cache_key(files: list[Path], side_root: Path, extra: list[str]) -> str:
     parts = [f"{f.relative_to(side_root)}={_sha256(f.read_bytes())}" for f in files]
     parts += [f"vllm={metadata.version('vllm')}", f"harness={harness_fingerprint()}"]
-    parts += [f"args={shlex.join(extra)}"]
+    arguments = [
+        f"ids:{_sha256(Path(value).read_bytes())}"
+        if k and extra[k - 1] in ID_FILE_OPTIONS and Path(value).is_file()
+        else value
+        for k, value in enumerate(extra)
+    ]
+    parts += [f"args={shlex.join(arguments)}"]
     return _sha256("\n".join(parts).encode())[:32]
 
 
@@ -259,6 +269,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cache", type=Path, default=DEFAULT_CACHE)
     parser.add_argument("--no-cache", action="store_true", help="run the base side even if cached")
     parser.add_argument(
+        "--keep-warm",
+        type=float,
+        nargs="?",
+        const=DEFAULT_KEEP_WARM_MIN,
+        default=None,
+        metavar="MINUTES",
+        help="keep the vLLM fork server for later runs (a maintainer's loop), ending after "
+        f"MINUTES with nothing to do (default {DEFAULT_KEEP_WARM_MIN:g}); as the main job's",
+    )
+    parser.add_argument(
         "--first-stage-only",
         action="store_true",
         help="stop after the checks that execute the changed functions (a local run's quick "
@@ -318,7 +338,7 @@ def main(argv: list[str] | None = None) -> int:
         shared_folders(),
         Interrupt().installed() as interrupt,
         cores_shared(groups) as cores,
-        job_fork_servers(["vllm"]) as servers,
+        job_fork_servers(["vllm"], args.keep_warm or None) as servers,
     ):
         base_files = export_side(repo, args.base, touched, out / "base" / "src")
         head_files = export_side(repo, args.head, touched, out / "head" / "src")
