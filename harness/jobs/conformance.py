@@ -81,7 +81,7 @@ from harness.jobs.supervisor import (
     Supervisor,
     merge_supervised,
 )
-from harness.jobs.warm import DEFAULT_KEEP_WARM_MIN, job_fork_servers, retire_all
+from harness.jobs.warm import add_keep_warm_option, job_fork_servers, retire_all
 
 
 def available_targets() -> list[str]:
@@ -395,17 +395,7 @@ def main(argv: list[str] | None = None) -> int:
         "server that imported torch, and vLLM for vLLM's targets, once; "
         "harness/jobs/forkserver.py)",
     )
-    parser.add_argument(
-        "--keep-warm",
-        type=float,
-        nargs="?",
-        const=DEFAULT_KEEP_WARM_MIN,
-        default=None,
-        metavar="MINUTES",
-        help="keep the fork servers this run starts for later runs, each ending after MINUTES "
-        f"with nothing to do (default {DEFAULT_KEEP_WARM_MIN:g}); 0 ends those kept "
-        "(harness/jobs/warm.py). Later runs fork from them with or without this option",
-    )
+    add_keep_warm_option(parser, "the fork servers this run starts")
     try:
         args = parser.parse_args(argv)
     except SystemExit as e:

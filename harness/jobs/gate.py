@@ -64,7 +64,7 @@ from harness.jobs.report import verdict as run_verdict
 from harness.jobs.results import ResultsError, TargetStatus, read_results
 from harness.jobs.scope import REFRESH, SCOPE_FILE, Scope, ScopeError, read_scope, summary
 from harness.jobs.supervisor import Interrupt, Limits
-from harness.jobs.warm import DEFAULT_KEEP_WARM_MIN, job_fork_servers
+from harness.jobs.warm import add_keep_warm_option, job_fork_servers, retire_all
 from harness.model_files import CONFIG_MODULES, MODEL_FAMILY_MODULES, file_of
 
 #: The modules of this model, the gate looks for among a change's files.
@@ -268,16 +268,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=ROOT / "reports" / "gate")
     parser.add_argument("--cache", type=Path, default=DEFAULT_CACHE)
     parser.add_argument("--no-cache", action="store_true", help="run the base side even if cached")
-    parser.add_argument(
-        "--keep-warm",
-        type=float,
-        nargs="?",
-        const=DEFAULT_KEEP_WARM_MIN,
-        default=None,
-        metavar="MINUTES",
-        help="keep the vLLM fork server for later runs (a maintainer's loop), ending after "
-        f"MINUTES with nothing to do (default {DEFAULT_KEEP_WARM_MIN:g}); as the main job's",
-    )
+    add_keep_warm_option(parser, "the vLLM fork server (a maintainer's loop)")
     parser.add_argument(
         "--first-stage-only",
         action="store_true",
@@ -328,6 +319,9 @@ def main(argv: list[str] | None = None) -> int:
         print(message)
         return 0
     print(f"gate: files in scope touched: {', '.join(touched)}", flush=True)
+    if args.keep_warm == 0:
+        for line in retire_all() or ["no warm server to retire"]:
+            print(f"gate: fork servers: {line}", flush=True)
     limits = Limits()
     cache = None if args.no_cache else args.cache
     # One side after the other, each side's checks over every core as groups of whole modules
@@ -353,43 +347,29 @@ def main(argv: list[str] | None = None) -> int:
         )
         stage = plan_stages(repo, args.base, args.head, touched, out, scope)
         notes = stage_notes(stage)
+
+        def both(*selection: str, stage_name: str = "") -> tuple[Side, Side]:
+            """The base and head sides' runs of the checks ``selection`` picks."""
+            staged = functools.partial(run, extra=[*extra, *selection], stage=stage_name)
+            return run_both(staged, args.base, head_rev, base_files, head_files, cache, cores)
+
         if stage is None:
-            base, head = run_both(run, args.base, head_rev, base_files, head_files, cache, cores)
+            base, head = both()
         else:
-            listed = stage.write(out / "stages")
+            listed = str(stage.write(out / "stages"))
             started = time.monotonic()
-            base, head = run_both(
-                functools.partial(run, extra=[*extra, "--checks-from", str(listed)], stage="1"),
-                args.base,
-                head_rev,
-                base_files,
-                head_files,
-                cache,
-                cores,
-            )
+            base, head = both("--checks-from", listed, stage_name="1")
             first = compare(base.outcomes, head.outcomes)
-            verdict = f"{len(first.regressions)} regression(s)"
             notes.append(
-                f"stage 1: the {len(stage.ids)} checks that executed them, {verdict} "
-                f"({time.monotonic() - started:.0f} s; head {head.status}, base {base.status})"
+                f"stage 1: the {len(stage.ids)} checks that executed them, "
+                f"{len(first.regressions)} regression(s) ({time.monotonic() - started:.0f} s; "
+                f"head {head.status}, base {base.status})"
             )
             print(f"gate: {notes[-1]}", flush=True)
             if args.first_stage_only:
-                notes.append(
-                    "stage 2 not run (--first-stage-only): a local verdict, not the gate's"
-                )
+                notes.append("stage 2 not run (--first-stage-only): a local verdict only")
             elif TargetStatus.COULD_NOT_RUN not in (head.status, base.status):
-                rest_base, rest_head = run_both(
-                    functools.partial(
-                        run, extra=[*extra, "--checks-not-from", str(listed)], stage="2"
-                    ),
-                    args.base,
-                    head_rev,
-                    base_files,
-                    head_files,
-                    cache,
-                    cores,
-                )
+                rest_base, rest_head = both("--checks-not-from", listed, stage_name="2")
                 if selected_none(rest_head):  # a pytest selection (-k) left nothing more
                     notes.append("stage 2: no other check selected")
                 else:

@@ -28,6 +28,7 @@ socket, its list of files and its lease.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import fcntl
 import hashlib
@@ -66,6 +67,24 @@ from harness.jobs.results import replace_text
 WARM_SERVERS_ENV = "NEMOTRON_VL_WARM_SERVERS"
 #: How long a warm server waits for the next job when ``--keep-warm`` names no time.
 DEFAULT_KEEP_WARM_MIN = 15.0
+
+
+def add_keep_warm_option(parser: argparse.ArgumentParser, what: str) -> None:
+    """``--keep-warm [MINUTES]``: keep the fork servers a run starts (``what`` they are) for
+    later runs, each ending after MINUTES with nothing to do."""
+    parser.add_argument(
+        "--keep-warm",
+        type=float,
+        nargs="?",
+        const=DEFAULT_KEEP_WARM_MIN,
+        default=None,
+        metavar="MINUTES",
+        help=f"keep {what} for later runs, each ending after MINUTES with nothing to do "
+        f"(default {DEFAULT_KEEP_WARM_MIN:g}); 0 ends those kept (harness/jobs/warm.py). "
+        "Later runs fork from them with or without this option",
+    )
+
+
 #: The longest a new server's command takes to show in ``/proc`` (it is being executed).
 EXEC_LIMIT_S = 5.0
 #: The longest path of a Unix socket (Linux: 108 bytes with the terminating null).

@@ -111,13 +111,10 @@ def with_first_lines(
     return out
 
 
-def measure_here(out: Path, suites: tuple[str, ...] = SUITES) -> int:
-    """Run the suites under coverage in this process and write the map to ``out``; the exit
-    status (2: pytest could not run them)."""
-    os.chdir(ROOT)
-    started = time.perf_counter()
-    files = {str(installed_file(entry.file)): str(entry.file) for entry in SCOPE}
-    cov = coverage.Coverage(data_file=None, include=list(files), branch=False)
+def run_under_coverage(cov: coverage.Coverage, suites: tuple[str, ...]) -> tuple[int, Contexts]:
+    """``suites`` against the installed vLLM (``--target=vllm``) in this process under
+    ``cov``, a context per check and per build (the model files' functools caches emptied as
+    each check starts): pytest's exit status and the contexts' record."""
     modules = [module_of(entry.file) for entry in SCOPE]
     contexts = Contexts(cov, clear_caches=lambda: clear_caches_of(modules))
     cov.start()
@@ -130,6 +127,17 @@ def measure_here(out: Path, suites: tuple[str, ...] = SUITES) -> int:
             )
     finally:
         cov.stop()
+    return int(status), contexts
+
+
+def measure_here(out: Path, suites: tuple[str, ...] = SUITES) -> int:
+    """Run the suites under coverage in this process and write the map to ``out``; the exit
+    status (2: pytest could not run them)."""
+    os.chdir(ROOT)
+    started = time.perf_counter()
+    files = {str(installed_file(entry.file)): str(entry.file) for entry in SCOPE}
+    cov = coverage.Coverage(data_file=None, include=list(files), branch=False)
+    status, contexts = run_under_coverage(cov, suites)
     if status not in (0, 1):  # 1: a check failed, which a reach map does not depend on
         print(f"reach_measure: pytest exited {status}", file=sys.stderr)
         return 2

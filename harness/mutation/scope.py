@@ -39,7 +39,7 @@ from harness.jobs.scope import (
     read_scope,
     summary,
 )
-from harness.mutation.reach import MEASURING_ENV, SCOPE, SUITES, attribute_lines
+from harness.mutation.reach import MEASURING_ENV, SUITES, attribute_lines
 
 
 def vllm_package() -> Path:
@@ -54,28 +54,14 @@ def measure_here(out: Path, suites: tuple[str, ...]) -> int:
     """Run the suites under coverage in this process and write the table to ``out``; the exit
     status (2: pytest could not run them)."""
     import coverage
-    import pytest
 
-    from harness.model_files import module_of
-    from harness.mutation.reach_measure import Contexts, clear_caches_of
-    from harness.plugin.builds import patch_builds
+    from harness.mutation.reach_measure import run_under_coverage
 
     os.chdir(ROOT)
     started = time.perf_counter()
     package = vllm_package()
     cov = coverage.Coverage(data_file=None, include=[f"{package}/*"], branch=False)
-    modules = [module_of(entry.file) for entry in SCOPE]
-    contexts = Contexts(cov, clear_caches=lambda: clear_caches_of(modules))
-    cov.start()
-    try:
-        with pytest.MonkeyPatch.context() as patch:
-            patch_builds(contexts.around_build, patch)
-            status = pytest.main(
-                [*suites, "--target=vllm", "-p", "no:cacheprovider", "-q", "--no-header"],
-                plugins=[contexts],
-            )
-    finally:
-        cov.stop()
+    status, contexts = run_under_coverage(cov, suites)
     if status not in (0, 1):  # 1: a check failed, which the scope does not depend on
         print(f"nemotron-vl-scope: pytest exited {status}", file=sys.stderr)
         return 2

@@ -318,3 +318,56 @@ def altered_copy(folder: Path, alter: Any) -> Path:
     tensors = load_file(str(folder / "model.safetensors"))
     save_file(alter(tensors), str(copy / "model.safetensors"), metadata={"format": "pt"})
     return copy
+
+
+def reproduce_image_kills_the_engine(folder: Path, flags: Sequence[str], setting: str) -> int:
+    """A server of ``folder`` with ``flags`` answers a text request, then gets a 64 x 64 image:
+    0 (REPRODUCED) while the image request is not served or the server dies, 1 once it is
+    served; ``setting`` says how it is served, for the verdict."""
+    from _processor import reproduce_silent
+    from PIL import Image
+
+    image = png_url(Image.new("RGB", (64, 64), (10, 200, 30)))
+    with server(folder, *flags) as url:
+        status, answer = chat(url, [{"type": "text", "text": "Hello."}])
+        if status != 200:
+            raise RuntimeError(f"a text request got HTTP {status}: {error_message(answer)}")
+
+        def wrong() -> str | None:
+            parts = [
+                {"type": "text", "text": "Look."},
+                {"type": "image_url", "image_url": {"url": image}},
+            ]
+            problem = served_or_killed(url, parts)
+            if problem is None:
+                return None
+            return f"{setting}, a text request answered, then an image request: {problem}"
+
+        return reproduce_silent(wrong)
+
+
+def reproduce_served_silently(folder: Path, alter: Any, tensors: Sequence[str], what: str) -> int:
+    """A server of a copy of ``folder`` whose weights ``alter`` changes (:func:`altered_copy`):
+    0 (REPRODUCED) while it starts, answers a text request and logs none of ``tensors`` (their
+    names past the first two parts), 1 once it refuses the checkpoint or names them; ``what``
+    the tensors are, for the verdict."""
+    altered = altered_copy(folder, alter)
+    try:
+        with server(altered, "--no-enable-prefix-caching") as url:
+            status, answer = chat(url, [{"type": "text", "text": "Hello."}])
+            log = log_of(url)
+            logged = log.read_text(errors="replace") if log else ""
+            named = [name for name in tensors if name.split(".", 2)[2] in logged]
+            if status != 200 or not healthy(url) or named:
+                print(
+                    f"NOT REPRODUCED: HTTP {status} {error_message(answer)[:200]}; named: {named}"
+                )
+                return 1
+            print(
+                f"REPRODUCED: the server started, answered HTTP 200 and logged nothing of "
+                f"{len(tensors)} {what}: {', '.join(tensors)}"
+            )
+            return 0
+    except RuntimeError as e:  # the server refused the checkpoint: the expected outcome
+        print(f"NOT REPRODUCED: the server refused the checkpoint: {str(e)[-400:]}")
+        return 1

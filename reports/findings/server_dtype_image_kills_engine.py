@@ -22,8 +22,8 @@ import sys
 from collections.abc import Sequence
 
 from _engine import ENGINE_HIDDEN_SIZE, cpu_build_missing, not_applicable
-from _processor import Folders, reproduce_silent
-from _server import chat, error_message, png_url, served_or_killed, server
+from _processor import Folders
+from _server import reproduce_image_kills_the_engine
 
 FOLDERS = Folders(hidden_size=ENGINE_HIDDEN_SIZE)  # saved in bfloat16
 
@@ -33,27 +33,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     missing = cpu_build_missing()
     if missing:
         return not_applicable(missing)
-    from PIL import Image
-
-    image = png_url(Image.new("RGB", (64, 64), (10, 200, 30)))
-    with server(folder, "--dtype", "float32", "--no-enable-prefix-caching") as url:
-        status, answer = chat(url, [{"type": "text", "text": "Hello."}])
-        if status != 200:
-            raise RuntimeError(f"a text request got HTTP {status}: {error_message(answer)}")
-
-        def wrong() -> str | None:
-            problem = served_or_killed(
-                url,
-                [
-                    {"type": "text", "text": "Look."},
-                    {"type": "image_url", "image_url": {"url": image}},
-                ],
-            )
-            if problem is None:
-                return None
-            return f"--dtype float32, a text request answered, then an image request: {problem}"
-
-        return reproduce_silent(wrong)
+    flags = ("--dtype", "float32", "--no-enable-prefix-caching")
+    return reproduce_image_kills_the_engine(folder, flags, "--dtype float32")
 
 
 if __name__ == "__main__":

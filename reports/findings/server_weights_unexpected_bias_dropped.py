@@ -23,7 +23,7 @@ from typing import Any
 
 from _engine import ENGINE_HIDDEN_SIZE, cpu_build_missing, not_applicable
 from _processor import Folders
-from _server import altered_copy, chat, error_message, healthy, log_of, server
+from _server import reproduce_served_silently
 
 FOLDERS = Folders(hidden_size=ENGINE_HIDDEN_SIZE)
 #: Biases of layers whose config switch is off in the folder (checkpoint names).
@@ -48,24 +48,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     missing = cpu_build_missing()
     if missing:
         return not_applicable(missing)
-    altered = altered_copy(folder, with_biases)
-    try:
-        with server(altered, "--no-enable-prefix-caching") as url:
-            status, answer = chat(url, [{"type": "text", "text": "Hello."}])
-            log = log_of(url)
-            logged = log.read_text(errors="replace") if log else ""
-            named = [name for name in BIASES if name in logged or name.split(".", 2)[2] in logged]
-            if status != 200 or not healthy(url) or named:
-                print(f"NOT REPRODUCED: HTTP {status} {error_message(answer)[:200]}; named: {named}")
-                return 1
-            print(
-                f"REPRODUCED: the server started, answered HTTP 200 and logged nothing of "
-                f"{len(BIASES)} biases without a parameter: {', '.join(BIASES)}"
-            )
-            return 0
-    except RuntimeError as e:  # the server refused the checkpoint: the expected outcome
-        print(f"NOT REPRODUCED: the server refused the checkpoint: {str(e)[-400:]}")
-        return 1
+    return reproduce_served_silently(folder, with_biases, BIASES, "biases without a parameter")
 
 
 if __name__ == "__main__":

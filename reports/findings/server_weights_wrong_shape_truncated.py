@@ -23,7 +23,7 @@ from typing import Any
 
 from _engine import ENGINE_HIDDEN_SIZE, cpu_build_missing, not_applicable
 from _processor import Folders
-from _server import altered_copy, chat, error_message, healthy, log_of, server
+from _server import reproduce_served_silently
 
 FOLDERS = Folders(hidden_size=ENGINE_HIDDEN_SIZE)
 #: One tensor of each layer kind whose loader narrows (checkpoint names).
@@ -49,24 +49,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     missing = cpu_build_missing()
     if missing:
         return not_applicable(missing)
-    altered = altered_copy(folder, longer)
-    try:
-        with server(altered, "--no-enable-prefix-caching") as url:
-            status, answer = chat(url, [{"type": "text", "text": "Hello."}])
-            log = log_of(url)
-            logged = log.read_text(errors="replace") if log else ""
-            named = [name for name in TENSORS if name.split(".", 2)[2] in logged]
-            if status != 200 or not healthy(url) or named:
-                print(f"NOT REPRODUCED: HTTP {status} {error_message(answer)[:200]}; named: {named}")
-                return 1
-            print(
-                f"REPRODUCED: the server started, answered HTTP 200 and logged nothing of "
-                f"{len(TENSORS)} tensors one row longer than their parameters: {', '.join(TENSORS)}"
-            )
-            return 0
-    except RuntimeError as e:  # the server refused the checkpoint: the expected outcome
-        print(f"NOT REPRODUCED: the server refused the checkpoint: {str(e)[-400:]}")
-        return 1
+    return reproduce_served_silently(
+        folder, longer, TENSORS, "tensors one row longer than their parameters"
+    )
 
 
 if __name__ == "__main__":
