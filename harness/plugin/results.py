@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Generator
 from pathlib import Path
 
+import pluggy
 import pytest
 
 from harness import ROOT
@@ -261,11 +262,11 @@ class ResultsRecorder:
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_makereport(
         self, item: pytest.Item, call: pytest.CallInfo[None]
-    ) -> Iterator[None]:
+    ) -> Generator[None, pluggy.Result[pytest.TestReport], None]:
         """A failed check's report carries its cause (:func:`harness.jobs.causes.cause_of`):
         the gate groups regressions by it."""
         outcome = yield
-        report: pytest.TestReport = outcome.get_result()  # type: ignore[attr-defined]
+        report = outcome.get_result()
         excinfo = call.excinfo
         if excinfo is None or not report.failed or item.nodeid not in self.check_ids:
             return

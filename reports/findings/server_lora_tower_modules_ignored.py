@@ -43,6 +43,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from safetensors import safe_open
 
     with safe_open(str(adapter / "adapter_model.safetensors"), framework="pt") as tensors:
+        # safe_open's handle has keys() but is not iterable, hence the call ruff would drop.
         modules = {key.split(".lora_")[0] for key in tensors.keys()}  # noqa: SIM118
     flags = ("--enable-lora", "--max-lora-rank", "8", "--no-enable-prefix-caching")
     runtime = {"VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True"}
