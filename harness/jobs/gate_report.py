@@ -3,7 +3,9 @@
 side's run, the regressions grouped by cause (:mod:`harness.jobs.causes`: one group per exception
 type and frame of vLLM's code, the largest first, each with its count, frame, first message, the
 known deviation it is the cause of elsewhere, and one command that reruns the group), the fixed
-known deviations, the other fixes, new and removed checks, and the unchanged rest."""
+known deviations, the other fixes, new and removed checks, and the unchanged rest; for each
+leg (:class:`Leg`: the conformance suites over the installed vLLM, then the engine and server
+suites over the CPU build), each rerun command naming its leg's Python and target."""
 
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ from harness.jobs.deviations import deviations_path, load_deviations
 from harness.jobs.report import TargetRun
 from harness.jobs.report import verdict as run_verdict
 from harness.jobs.results import Outcome
+from harness.jobs.runtimes import ENGINE_FILE_TARGET, ENGINE_TARGET, engine_python
 from harness.jobs.scope import Scope
 
 FAILED = (Outcome.FAIL.value, Outcome.ERROR.value)
@@ -82,26 +85,47 @@ def selector_for(files: list[Path]) -> str:
     return "vllm-file:" + ",".join(str(f) for f in files) if files else "vllm"
 
 
+def engine_selector_for(files: list[Path]) -> str:
+    """The engine leg's target: its files in every process of the CPU build's engine."""
+    return ENGINE_FILE_TARGET + ",".join(str(f) for f in files) if files else ENGINE_TARGET
+
+
+def is_engine(selector: str) -> bool:
+    return selector == ENGINE_TARGET or selector.startswith(ENGINE_FILE_TARGET)
+
+
+def python_for(selector: str) -> str:
+    """The Python a rerun command names: the engine environment's for the engine leg."""
+    found = engine_python() if is_engine(selector) else None
+    return str(found) if found is not None else "python"
+
+
+def _pytest_command(what: str, head: Side) -> str:
+    selector = head.run.selector
+    return shlex.join([python_for(selector), "-m", "pytest", what, f"--target={selector}"])
+
+
 def rerun_command(check: str, head: Side) -> str:
-    """The command that reruns one check on the head's files."""
-    return shlex.join(["python", "-m", "pytest", check, f"--target={selector_for(head.files)}"])
+    """The command that reruns one check on the head's files (in its leg's environment)."""
+    return _pytest_command(check, head)
 
 
 def group_rerun_command(ids_file: Path, head: Side) -> str:
     """The command that reruns a group's checks (their ids one per line in ``ids_file``: pytest
     reads arguments from a file named with ``@``) on the head's files."""
-    return shlex.join(
-        ["python", "-m", "pytest", f"@{ids_file}", f"--target={selector_for(head.files)}"]
-    )
+    return _pytest_command(f"@{ids_file}", head)
 
 
-def group_regressions(delta: Delta, folder: Path) -> list[tuple[CauseGroup, Path]]:
-    """The delta's regressions grouped by cause, each group's known deviation found, and each
-    group's check ids written to ``folder/K.txt`` (K from 1, the largest group first)."""
+def group_regressions(
+    delta: Delta, folder: Path, deviations_name: str = "vllm"
+) -> list[tuple[CauseGroup, Path]]:
+    """The delta's regressions grouped by cause, each group's known deviation (of the
+    ``deviations_name`` target's file) found, and each group's check ids written to
+    ``folder/K.txt`` (K from 1, the largest group first)."""
     groups = group_by_cause(entry["head"] for entry in delta.regressions)
     if not groups:
         return []
-    deviations = load_deviations(deviations_path("vllm"))
+    deviations = load_deviations(deviations_path(deviations_name))
     folder.mkdir(parents=True, exist_ok=True)
     written = []
     for k, group in enumerate(groups, start=1):
@@ -146,10 +170,11 @@ def _short(text: str) -> str:
     return text if len(text) <= MESSAGE_CHARS else text[: MESSAGE_CHARS - 3] + "..."
 
 
-def _group_lines(k: int, group: CauseGroup, ids_file: Path, head: Side) -> list[str]:
+def _group_lines(k: int, group: CauseGroup, ids_file: Path, head: Side, level: str) -> list[str]:
     count = len(group.ids)
     lines = [
-        f"### {k}. {count} check{'s' if count != 1 else ''}: `{group.type}` from `{group.frame}`",
+        f"{level} {k}. {count} check{'s' if count != 1 else ''}: `{group.type}` from "
+        f"`{group.frame}`",
         "",
         f"- first message: {_short(group.message)}",
     ]
@@ -162,61 +187,96 @@ def _group_lines(k: int, group: CauseGroup, ids_file: Path, head: Side) -> list[
     return [*lines, ""]
 
 
-def render(
-    repo: Path,
-    touched: list[str],
-    base: Side,
-    head: Side,
-    delta: Delta,
-    groups: list[tuple[CauseGroup, Path]],
-    status: int,
-    scope: Scope | None = None,
-    notes: list[str] | None = None,
-) -> str:
-    verdict = {
-        0: "no regression",
-        1: f"{len(delta.regressions)} regression(s)",
-        2: "a side could not run",
-    }[status]
-    lines = [
-        f"# Gate: `{repo}` {base.rev} → {head.rev}",
-        "",
-        f"**{verdict}** (exit status {status}). Files touched that the checks run: "
-        + ", ".join(f"`{p}` ({_in_scope_because(p, scope)})" for p in touched)
-        + ".",
-        "",
-    ]
-    for side in (base, head):
+@dataclass
+class Leg:
+    """One leg of the gate (the conformance suites over the installed vLLM, or the engine and
+    server suites over the CPU build): its two sides, their delta and its groups by cause."""
+
+    base: Side
+    head: Side
+    delta: Delta
+    groups: list[tuple[CauseGroup, Path]]
+    deviations_name: str = "vllm"
+
+
+def side_lines(leg: Leg) -> list[str]:
+    lines = []
+    for side in (leg.base, leg.head):
         problem = run_verdict(side.run).problem
         problem = f" — {problem}" if problem else ""
         how = "cached results" if side.cached else f"{side.seconds:g} s"
         lines.append(f"- {side.name} ({side.rev}): {side.status}{problem} ({how})")
-    lines += [f"- {note}" for note in notes or []]
-    lines += [
-        "",
-        f"## Regressions ({len(delta.regressions)}) in {len(groups)} group(s) by cause",
+    return lines
+
+
+def leg_lines(leg: Leg, level: str = "##") -> list[str]:
+    """A leg's regressions by cause, fixed known deviations, other fixes, new and removed
+    checks and the unchanged rest, its headings at ``level``."""
+    delta, groups = leg.delta, leg.groups
+    lines = [
+        f"{level} Regressions ({len(delta.regressions)}) in {len(groups)} group(s) by cause",
         "",
     ]
     for k, (group, ids_file) in enumerate(groups, start=1):
-        lines += _group_lines(k, group, ids_file, head)
-    deviation_file = deviations_path("vllm").relative_to(ROOT)
+        lines += _group_lines(k, group, ids_file, leg.head, level + "#")
+    deviation_file = deviations_path(leg.deviations_name).relative_to(ROOT)
     lines += [
-        f"## Fixed known deviations ({len(delta.fixed_deviations)}): delete their entries from "
-        f"`{deviation_file}`",
+        f"{level} Fixed known deviations ({len(delta.fixed_deviations)}): delete their entries "
+        f"from `{deviation_file}`",
         "",
     ]
     lines += [f"- `{entry['id']}`" for entry in delta.fixed_deviations]
-    lines += ["", f"## Other fixes ({len(delta.fixes)})", ""]
+    lines += ["", f"{level} Other fixes ({len(delta.fixes)})", ""]
     lines += [
         f"- `{entry['id']}`: {entry['base']} → {entry['head']['outcome']}" for entry in delta.fixes
     ]
     if delta.new or delta.removed:
         lines += [
             "",
-            f"## New checks ({len(delta.new)}), removed checks ({len(delta.removed)})",
+            f"{level} New checks ({len(delta.new)}), removed checks ({len(delta.removed)})",
             "",
         ]
         lines += [f"- new: `{c}`" for c in delta.new] + [f"- removed: `{c}`" for c in delta.removed]
     unchanged = ", ".join(f"{n} {what}" for what, n in sorted(delta.unchanged.items()))
     lines += ["", f"Unchanged: {sum(delta.unchanged.values())} checks ({unchanged or 'none'}).", ""]
-    return "\n".join(lines)
+    return lines
+
+
+#: The engine leg's heading in the delta report.
+ENGINE_LEG_TITLE = "The engine leg: vLLM's engine and server on its CPU build"
+
+
+def render(
+    repo: Path,
+    touched: list[str],
+    leg: Leg,
+    status: int,
+    scope: Scope | None = None,
+    notes: list[str] | None = None,
+    engine: Leg | None = None,
+    engine_notes: list[str] | None = None,
+) -> str:
+    regressions = len(leg.delta.regressions) + (len(engine.delta.regressions) if engine else 0)
+    verdict = {
+        0: "no regression",
+        1: f"{regressions} regression(s)",
+        2: "a side could not run",
+    }[status]
+    lines = [
+        f"# Gate: `{repo}` {leg.base.rev} → {leg.head.rev}",
+        "",
+        f"**{verdict}** (exit status {status}). Files touched that the checks run: "
+        + ", ".join(f"`{p}` ({_in_scope_because(p, scope)})" for p in touched)
+        + ".",
+        "",
+        *side_lines(leg),
+        *[f"- {note}" for note in notes or []],
+        "",
+        *leg_lines(leg),
+        f"## {ENGINE_LEG_TITLE}",
+        "",
+        *[f"- {note}" for note in engine_notes or []],
+    ]
+    if engine is not None:
+        lines += [*side_lines(engine), "", *leg_lines(engine, "###")]
+    return "\n".join(lines) + ("\n" if engine is None else "")

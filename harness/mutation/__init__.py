@@ -14,6 +14,8 @@
 - ``history``: the order a mutant's checks run in, those that killed its neighbours first;
 - ``score``: the mutation score (``nemotron-vl-mutation-score``);
 - ``shards``: ``--shard K/N`` for both, and the checks their merges make;
+- ``gate_history``: the gate on the model's upstream history (``nemotron-vl-gate-history``):
+  each fix of the corpus gated both ways, its verdicts judged against the corpus's pins;
 - ``config_fields``: the config-field inventory (``nemotron-vl-config-fields``): the fields
   vLLM's model code reads, recorded, and the checks that fail when vLLM ignores each.
 

@@ -1,7 +1,9 @@
 """Check groups: one pytest process's share of a target's checks (``--check-group K/N``), and a
-selection by id (``--checks-from FILE`` keeps the checks a file lists, one id a line;
-``--checks-not-from FILE`` drops them): the gate's two stages, the checks that execute a
-change's functions first, then the rest.
+selection by id (``--checks-from FILE`` keeps the checks a file lists, one a line: a check's
+id, a check function's for all its parameters, or a module's path for all its checks; given
+twice, the checks both files list; ``--checks-not-from FILE`` drops them): the gate's two
+stages, the checks that execute a change's functions first, then the rest, within a selection
+of the gate's caller.
 
 The main job spreads a target's checks over N supervised processes at once. Each collects every
 check and keeps the modules of its group: whole modules, because a module's checks share its
@@ -58,15 +60,18 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
     group.addoption(
         "--checks-from",
+        action="append",
         default=None,
         metavar="FILE",
-        help="run only the checks FILE lists (one id a line)",
+        help="run only the checks FILE lists (one a line: a check's id, a check function's, or a "
+        "module's path); repeated, only those every FILE lists",
     )
     group.addoption(
         "--checks-not-from",
+        action="append",
         default=None,
         metavar="FILE",
-        help="run every check but those FILE lists (one id a line)",
+        help="run every check but those FILE lists (as --checks-from lists them)",
     )
 
 
@@ -80,17 +85,25 @@ def read_check_ids(option: str, path: str) -> set[str]:
     return {line.strip() for line in text.splitlines() if line.strip()}
 
 
+def listed(nodeid: str, lines: set[str]) -> bool:
+    """Whether ``lines`` (check ids, module paths, and check functions for all their
+    parameters, as pytest's arguments name them) name the check ``nodeid``."""
+    return nodeid in lines or nodeid.split("::", 1)[0] in lines or nodeid.split("[", 1)[0] in lines
+
+
 def keep_listed(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Apply ``--checks-from`` and ``--checks-not-from``, deselecting the others."""
-    keep, drop = config.getoption("--checks-from"), config.getoption("--checks-not-from")
-    if keep is None and drop is None:
+    keep = config.getoption("--checks-from") or []
+    drop = config.getoption("--checks-not-from") or []
+    if not keep and not drop:
         return
-    wanted = read_check_ids("--checks-from", str(keep)) if keep is not None else None
-    unwanted = read_check_ids("--checks-not-from", str(drop)) if drop is not None else set()
+    wanted = [read_check_ids("--checks-from", str(path)) for path in keep]
+    unwanted = [read_check_ids("--checks-not-from", str(path)) for path in drop]
     mine = [
         item
         for item in items
-        if (wanted is None or item.nodeid in wanted) and item.nodeid not in unwanted
+        if all(listed(item.nodeid, lines) for lines in wanted)
+        and not any(listed(item.nodeid, lines) for lines in unwanted)
     ]
     if len(mine) != len(items):
         kept = set(mine)

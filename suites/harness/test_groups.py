@@ -15,7 +15,7 @@ import pytest
 
 from harness.jobs.results import REPORT_SCHEMA, TargetResults, merge_groups
 from harness.jobs.supervisor import Supervised, merge_supervised
-from harness.plugin.groups import assign_groups, parse_group
+from harness.plugin.groups import assign_groups, keep_listed, parse_group
 from suites.harness.helpers import ROOT, one_thread_env, validate
 
 
@@ -154,3 +154,77 @@ def test_the_same_checks_and_outcomes_in_groups_as_in_one_process(tmp_path):
         modules = {c["id"].split("::")[0] for c in part["checks"]}
         assert modules == {m for m, g in group_of.items() if g == k}, k
         assert part["selected"] == len(part["checks"]) > 0
+
+
+class _Item:
+    def __init__(self, nodeid: str) -> None:
+        self.nodeid = nodeid
+
+
+class _Config:
+    """What keep_listed asks of pytest's config: its two options, and the deselection hook."""
+
+    def __init__(self, keep: list[str] | None, drop: list[str] | None) -> None:
+        self.options = {"--checks-from": keep, "--checks-not-from": drop}
+        self.deselected: list[str] = []
+        self.hook = self
+
+    def getoption(self, name: str) -> list[str] | None:
+        return self.options[name]
+
+    def pytest_deselected(self, items: list[_Item]) -> None:
+        self.deselected += [item.nodeid for item in items]
+
+
+SELECTABLE = [
+    "suites/conformance/test_a.py::test_one[x]",
+    "suites/conformance/test_a.py::test_two",
+    "suites/conformance/test_b.py::test_three",
+    "suites/engine/test_c.py::test_four",
+]
+
+
+@pytest.mark.parametrize(
+    ("keep", "drop", "kept"),
+    [
+        # a check's id, and a module's path for all its checks
+        ([["suites/conformance/test_a.py::test_two"]], None, [1]),
+        ([["suites/conformance/test_a.py", "suites/engine/test_c.py"]], None, [0, 1, 3]),
+        # a check function's id, for all its parameters
+        ([["suites/conformance/test_a.py::test_one"]], None, [0]),
+        # two files: the checks both list (the gate's stage within its caller's selection)
+        (
+            [
+                ["suites/conformance/test_a.py", "suites/conformance/test_b.py::test_three"],
+                ["suites/conformance/test_a.py::test_one[x]", "suites/conformance/test_b.py"],
+            ],
+            None,
+            [0, 2],
+        ),
+        # kept by one file, dropped by another
+        ([["suites/conformance/test_a.py"]], [["suites/conformance/test_a.py::test_one[x]"]], [1]),
+        (None, [["suites/conformance"]], [0, 1, 2, 3]),  # a folder is no module path: nothing
+    ],
+)
+def test_checks_are_kept_by_id_or_module_and_by_every_file(tmp_path, keep, drop, kept):
+    def files(lists: list[list[str]] | None, name: str) -> list[str] | None:
+        if lists is None:
+            return None
+        paths = []
+        for k, lines in enumerate(lists):
+            path = tmp_path / f"{name}-{k}.txt"
+            path.write_text("".join(f"{line}\n" for line in lines))
+            paths.append(str(path))
+        return paths
+
+    config = _Config(files(keep, "keep"), files(drop, "drop"))
+    items = [_Item(nodeid) for nodeid in SELECTABLE]
+    keep_listed(config, items)
+    assert [item.nodeid for item in items] == [SELECTABLE[k] for k in kept]
+    assert sorted(config.deselected) == sorted(set(SELECTABLE) - {SELECTABLE[k] for k in kept})
+
+
+def test_a_missing_checks_file_is_refused_naming_the_option(tmp_path):
+    config = _Config([str(tmp_path / "absent.txt")], None)
+    with pytest.raises(pytest.UsageError, match="--checks-from: expected a file of check ids"):
+        keep_listed(config, [_Item(SELECTABLE[0])])

@@ -119,6 +119,12 @@ def test_the_gate_workflow_is_reusable_and_runs_the_gate_with_its_options():
         assert option in help_text, f"the workflow passes {option}, which the gate does not take"
     steps = workflow["jobs"]["gate"]["steps"]
     assert any("GITHUB_STEP_SUMMARY" in step.get("run", "") for step in steps)
+    # the engine leg's environment where the gate looks for it (harness.jobs.runtimes)
+    (engine,) = [step for step in steps if ".nox/engine/bin/pip install" in step.get("run", "")]
+    assert '-e ".[test,engine]"' in engine["run"]
+    assert engine["if"] == "inputs.engine-leg"
+    (gate_step,) = [step for step in steps if "nemotron-vl-gate" in step.get("run", "")]
+    assert "engine=(--no-engine)" in gate_step["run"]  # engine-leg: false leaves the leg out
     assert any(step.get("uses", "").startswith("actions/upload-artifact@") for step in steps)
 
 
