@@ -1,6 +1,7 @@
 """The gate on the model's upstream history: each fix the regression corpus records, both ways.
 
-    nemotron-vl-gate-history [--out DIR] [--fix PR ...] [--whole-suites] [--keep-warm [MINUTES]]
+    nemotron-vl-gate-history [--out DIR] [--fix PR ...] [--whole-suites] [--no-engine]
+                             [--keep-warm [MINUTES]]
 
 An *episode* is one upstream pull request of the corpus (``fixtures/corpus.toml``) that fixed
 bugs in vLLM's files. A vLLM checkout made here (``<out>/<PR>/vllm-checkout``) holds two
@@ -21,7 +22,9 @@ The expectations are the corpus's, pinned by its own meta-test on each mutant al
 (``suites/harness/test_corpus.py``), not the gate's. Each side runs the episode's mutants'
 suites (the corpus's ``suites``); ``--whole-suites`` runs every conformance check instead, and
 then the regressions must include the pinned ones (others are listed, as the kill matrix would
-find them). The history report (``<out>/history.md`` and ``history.json``) gives per episode and
+find them), and each gate's engine leg runs the engine and server suites too (``--no-engine``
+leaves it out; the corpus pins conformance checks only, so a selection of them runs no engine
+check). The history report (``<out>/history.md`` and ``history.json``) gives per episode and
 direction the verdict expected and found, the gate's exit status and groups, and the path of its
 delta report (``<out>/<PR>/<direction>/gate.md``).
 
@@ -215,7 +218,13 @@ def judge(
 
 
 def run_gate(
-    repo: Path, base: str, head: str, out: Path, selection: list[str], keep_warm: float | None
+    repo: Path,
+    base: str,
+    head: str,
+    out: Path,
+    selection: list[str],
+    keep_warm: float | None,
+    engine: bool = True,
 ) -> tuple[int, dict[str, Any] | None]:
     """``nemotron-vl-gate`` on one direction (its own process, its output shown as it runs)."""
     command = [
@@ -223,6 +232,7 @@ def run_gate(
         *("--repo", str(repo), "--base", base, "--head", head, "--out", str(out)),
         *("--cache", str(out.parent / "cache")),
         *(["--keep-warm", f"{keep_warm:g}"] if keep_warm is not None else []),
+        *([] if engine else ["--no-engine"]),
         *(["--", *selection] if selection else []),
     ]
     status = subprocess.run(command, cwd=ROOT, check=False).returncode
@@ -232,7 +242,7 @@ def run_gate(
 
 
 def run_episode(
-    episode: Episode, out: Path, *, whole: bool, keep_warm: float | None
+    episode: Episode, out: Path, *, whole: bool, keep_warm: float | None, engine: bool = True
 ) -> list[Verdict]:
     folder = out / episode.slug
     repo, before, after = checkout(episode, folder)
@@ -249,7 +259,7 @@ def run_episode(
         print(
             f"gate-history: {episode.fix}, the {direction}: {base[:12]} → {head[:12]}", flush=True
         )
-        status, document = run_gate(repo, base, head, gate_out, selection, keep_warm)
+        status, document = run_gate(repo, base, head, gate_out, selection, keep_warm, engine)
         verdict = Verdict(
             episode.fix, direction, base, head, expected, status, gate_out / "gate.md"
         )
@@ -324,6 +334,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--whole-suites", action="store_true", help="run every conformance check on each side"
     )
+    parser.add_argument("--no-engine", action="store_true", help="leave each gate's engine leg out")
     add_keep_warm_option(parser, "each gate's vLLM fork server (the next gate forks from it)")
     try:
         args = parser.parse_args(argv)
@@ -340,7 +351,13 @@ def main(argv: list[str] | None = None) -> int:
     verdicts = [
         v
         for episode in chosen
-        for v in run_episode(episode, out, whole=args.whole_suites, keep_warm=args.keep_warm)
+        for v in run_episode(
+            episode,
+            out,
+            whole=args.whole_suites,
+            keep_warm=args.keep_warm,
+            engine=not args.no_engine,
+        )
     ]
     (out / "history.md").write_text(render(chosen, verdicts, out, args.whole_suites))
     (out / "history.json").write_text(

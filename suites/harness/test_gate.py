@@ -1,8 +1,9 @@
 """The pull-request gate on a small vLLM checkout made at test time: the installed vLLM's model
 file on a base commit, and a changed commit (a seeded bug, a fixed known deviation, an unrelated
-file, a file that needs a newer vLLM). Each run is narrowed with ``-k`` to the checks of the
-change's class, so that it takes seconds, not a full conformance run per side. The gate runs
-the tests read are made once each, two at a time (:func:`gate_runs`)."""
+file, a file that needs a newer vLLM, a shared file, the LoRA scaling both legs see). Each run
+is narrowed with ``-k`` to the checks of the change's class (the engine leg then runs only where
+``-k`` picks engine checks), so that it takes seconds to minutes, not a full run per side.
+The gate runs the tests read are made once each, two at a time (:func:`gate_runs`)."""
 
 from __future__ import annotations
 
@@ -17,9 +18,10 @@ from typing import Any
 
 import pytest
 
+from harness.jobs.runtimes import engine_python
 from harness.jobs.speed import git_commit as commit
 from harness.jobs.speed import installed_checkout as make_checkout
-from harness.model_files import MODEL_FILE, installed_file
+from harness.model_files import MODEL_FILE, PEFT_HELPER_FILE, installed_file
 from harness.mutation.file_mutants import MUTATIONS
 from suites.harness.helpers import ROOT, needs_vllm, one_thread_env, selected_tests, two_at_a_time
 
@@ -65,6 +67,12 @@ def run_gate(repo: Path, base: str, head: str | None, out: Path, *pytest_args: s
 Change = tuple[str | None, tuple[str, ...], str | None]
 #: A file vLLM shares with every model, which this model's checks run (the gate's scope).
 SHARED_FILE = "vllm/utils/tensor_schema.py"
+#: Every LoRA model's PEFT helper, which computes an adapter's scaling.
+PEFT_HELPER = PEFT_HELPER_FILE
+#: A conformance check the unscaled delta fails (the corpus pins it for #56231's scaling bug),
+#: and the engine checks of served adapters against the reference's scaled ones.
+SCALED_LAYER = "adds_its_tokens_delta[q_proj]"
+ENGINE_LORA_CHECK = "test_prompt_logprobs_with_an_adapter_match_the_reference"
 
 
 def seed_a_bug(repo: Path) -> Change:
@@ -114,12 +122,26 @@ def break_a_shared_file(repo: Path) -> Change:
     return head, ("-k", "pass_through_verbatim"), base
 
 
+def break_the_lora_scaling(repo: Path) -> Change:
+    """vLLM's PEFT helper, every LoRA model's (outside the model's files), adds an adapter's
+    delta without its scaling alpha / r (#56231's bug, put back): the conformance leg's LoRA
+    layer checks and the engine leg's served-adapter checks both see it."""
+    helper = repo / PEFT_HELPER
+    helper.parent.mkdir(parents=True, exist_ok=True)
+    helper.write_text(installed_file(PEFT_HELPER).read_text())
+    base = commit(repo, "the PEFT helper, as released")
+    helper.write_text(MUTATIONS["lora-scaling-dropped"].apply(helper.read_text()))
+    head = commit(repo, "LoRA: the delta unscaled")
+    return head, ("-k", f"{SCALED_LAYER} or {ENGINE_LORA_CHECK}"), base
+
+
 #: The changes whose gate runs take a while, by the test that reads the run.
 CHANGES: dict[str, Callable[[Path], Change]] = {
     "test_a_seeded_bug_is_a_regression_with_its_rerun_command": seed_a_bug,
     "test_a_fixed_known_deviation_is_good_news": fix_a_known_deviation,
     "test_a_file_that_needs_a_newer_vllm_exits_2_saying_so": use_a_newer_helper,
     "test_a_shared_file_the_checks_run_is_gated_and_grouped": break_a_shared_file,
+    "test_the_engine_leg_judges_the_change_where_users_serve_it": break_the_lora_scaling,
 }
 
 
@@ -265,3 +287,35 @@ def test_a_shared_file_the_checks_run_is_gated_and_grouped(gate_runs):
     assert largest["frame"] == f"{SHARED_FILE}:{changed_line} (TensorSchema.validate)"
     assert "Boolean value of Tensor" in largest["message"]
     assert largest["count"] == len(report["regressions"])
+
+
+@pytest.mark.skipif(
+    engine_python() is None,
+    reason="no environment with vLLM's CPU build (.nox/engine, built by nox): the engine leg "
+    "cannot run",
+)
+def test_the_engine_leg_judges_the_change_where_users_serve_it(gate_runs):
+    """The engine leg runs the change's files in vLLM's engine on the CPU build: served adapters
+    answer off the reference's scaled LoRA; its regressions grouped apart, rerun in the engine's
+    environment; the conformance leg's regression the corpus pins beside them."""
+    run = gate_runs["test_the_engine_leg_judges_the_change_where_users_serve_it"]
+    proc, report = run.proc, run.report
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert report["touched"] == [PEFT_HELPER.as_posix()]
+    assert [r["id"] for r in report["regressions"]] == [
+        f"suites/conformance/test_lora_adapters.py::test_each_adapted_layer_{SCALED_LAYER}"
+    ]
+    engine = report["engine"]
+    assert engine["ran"], engine["notes"]
+    assert engine["sides"]["head"]["selector"].startswith("vllm-engine-file:")
+    assert engine["regressions"], "the engine served the unscaled adapters as the scaled ones"
+    for entry in engine["regressions"]:
+        assert entry["id"].startswith(f"suites/engine/test_lora.py::{ENGINE_LORA_CHECK}[")
+        assert entry["base"] == "pass"
+        assert "log-probability" in entry["head"]["reason"]
+        assert shlex.split(entry["rerun"])[0] == str(engine_python())
+    assert sum(g["count"] for g in engine["groups"]) == len(engine["regressions"])
+    markdown = (run.out / "gate.md").read_text()
+    total = len(report["regressions"]) + len(engine["regressions"])
+    assert f"**{total} regression(s)** (exit status 1)" in markdown
+    assert "## The engine leg: vLLM's engine and server on its CPU build" in markdown
