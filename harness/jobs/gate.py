@@ -459,14 +459,23 @@ def main(argv: list[str] | None = None) -> int:
             started = time.monotonic()
             base, head = both("--checks-from", listed, stage_name="1")
             first = compare(base.outcomes, head.outcomes)
-            notes.append(
-                f"stage 1: the {len(stage.ids)} checks that executed them, "
-                f"{len(first.regressions)} regression(s) ({time.monotonic() - started:.0f} s; "
-                f"head {head.status}, base {base.status})"
-            )
+            if selected_none(head):  # the caller's selection holds none of them
+                notes.append(
+                    f"stage 1: the pytest arguments select none of the {len(stage.ids)} checks "
+                    "that executed them"
+                )
+            else:
+                notes.append(
+                    f"stage 1: the {len(stage.ids)} checks that executed them, "
+                    f"{len(first.regressions)} regression(s) "
+                    f"({time.monotonic() - started:.0f} s; head {head.status}, base {base.status})"
+                )
             print(f"gate: {notes[-1]}", flush=True)
             if args.first_stage_only:
                 notes.append("stage 2 not run (--first-stage-only): a local verdict only")
+            elif selected_none(head):
+                base, head = both("--checks-not-from", listed, stage_name="2")
+                notes.append(f"stage 2: every check (head {head.status}, base {base.status})")
             elif TargetStatus.COULD_NOT_RUN not in (head.status, base.status):
                 rest_base, rest_head = both("--checks-not-from", listed, stage_name="2")
                 if selected_none(rest_head):  # a pytest selection (-k) left nothing more

@@ -21,7 +21,7 @@ import pytest
 from harness.jobs.runtimes import engine_python
 from harness.jobs.speed import git_commit as commit
 from harness.jobs.speed import installed_checkout as make_checkout
-from harness.model_files import MODEL_FILE, PEFT_HELPER_FILE, installed_file
+from harness.model_files import MODEL_FILE, NEMOTRON_H_FILE, installed_file
 from harness.mutation.file_mutants import MUTATIONS
 from suites.harness.helpers import ROOT, needs_vllm, one_thread_env, selected_tests, two_at_a_time
 
@@ -67,12 +67,10 @@ def run_gate(repo: Path, base: str, head: str | None, out: Path, *pytest_args: s
 Change = tuple[str | None, tuple[str, ...], str | None]
 #: A file vLLM shares with every model, which this model's checks run (the gate's scope).
 SHARED_FILE = "vllm/utils/tensor_schema.py"
-#: Every LoRA model's PEFT helper, which computes an adapter's scaling.
-PEFT_HELPER = PEFT_HELPER_FILE
-#: A conformance check the unscaled delta fails (the corpus pins it for #56231's scaling bug),
-#: and the engine checks of served adapters against the reference's scaled ones.
-SCALED_LAYER = "adds_its_tokens_delta[q_proj]"
-ENGINE_LORA_CHECK = "test_prompt_logprobs_with_an_adapter_match_the_reference"
+#: A conformance check that builds NemotronH's layers (without running its forward), and the
+#: engine's check of the language model's forward on a text prompt.
+LORA_LAYER_CHECK = "adds_its_tokens_delta[q_proj]"
+ENGINE_TEXT_CHECK = "test_prompt_logprobs_match_the_reference[text]"
 
 
 def seed_a_bug(repo: Path) -> Change:
@@ -122,17 +120,20 @@ def break_a_shared_file(repo: Path) -> Change:
     return head, ("-k", "pass_through_verbatim"), base
 
 
-def break_the_lora_scaling(repo: Path) -> Change:
-    """vLLM's PEFT helper, every LoRA model's (outside the model's files), adds an adapter's
-    delta without its scaling alpha / r (#56231's bug, put back): the conformance leg's LoRA
-    layer checks and the engine leg's served-adapter checks both see it."""
-    helper = repo / PEFT_HELPER
-    helper.parent.mkdir(parents=True, exist_ok=True)
-    helper.write_text(installed_file(PEFT_HELPER).read_text())
-    base = commit(repo, "the PEFT helper, as released")
-    helper.write_text(MUTATIONS["lora-scaling-dropped"].apply(helper.read_text()))
-    head = commit(repo, "LoRA: the delta unscaled")
-    return head, ("-k", f"{SCALED_LAYER} or {ENGINE_LORA_CHECK}"), base
+def break_the_language_models_activation(repo: Path) -> Change:
+    """NemotronH's MLP takes ReLU instead of the configured squared ReLU: the language model's
+    forward, which only the engine leg runs (the conformance suites stop at the multimodal
+    embeddings), answers off the reference."""
+    nemotron_h = repo / NEMOTRON_H_FILE
+    nemotron_h.parent.mkdir(parents=True, exist_ok=True)
+    nemotron_h.write_text(installed_file(NEMOTRON_H_FILE).read_text())
+    base = commit(repo, "NemotronH, as released")
+    source = nemotron_h.read_text()
+    old = "        self.act_fn = get_act_fn(hidden_act)\n"
+    assert source.count(old) == 1, "the installed nemotron_h.py changed: pick another line"
+    nemotron_h.write_text(source.replace(old, old.replace("hidden_act", '"relu"')))
+    head = commit(repo, "NemotronH: the MLP's activation by its default name")
+    return head, ("-k", f"{LORA_LAYER_CHECK} or {ENGINE_TEXT_CHECK}"), base
 
 
 #: The changes whose gate runs take a while, by the test that reads the run.
@@ -141,7 +142,9 @@ CHANGES: dict[str, Callable[[Path], Change]] = {
     "test_a_fixed_known_deviation_is_good_news": fix_a_known_deviation,
     "test_a_file_that_needs_a_newer_vllm_exits_2_saying_so": use_a_newer_helper,
     "test_a_shared_file_the_checks_run_is_gated_and_grouped": break_a_shared_file,
-    "test_the_engine_leg_judges_the_change_where_users_serve_it": break_the_lora_scaling,
+    "test_the_engine_leg_judges_the_change_where_users_serve_it": (
+        break_the_language_models_activation
+    ),
 }
 
 
@@ -295,27 +298,29 @@ def test_a_shared_file_the_checks_run_is_gated_and_grouped(gate_runs):
     "cannot run",
 )
 def test_the_engine_leg_judges_the_change_where_users_serve_it(gate_runs):
-    """The engine leg runs the change's files in vLLM's engine on the CPU build: served adapters
-    answer off the reference's scaled LoRA; its regressions grouped apart, rerun in the engine's
-    environment; the conformance leg's regression the corpus pins beside them."""
+    """The engine leg runs the change's files in vLLM's engine on the CPU build: a bug in the
+    language model's forward, which the conformance leg cannot see, is its regression, grouped
+    apart and rerun in the engine's environment."""
     run = gate_runs["test_the_engine_leg_judges_the_change_where_users_serve_it"]
     proc, report = run.proc, run.report
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert report["touched"] == [PEFT_HELPER.as_posix()]
-    assert [r["id"] for r in report["regressions"]] == [
-        f"suites/conformance/test_lora_adapters.py::test_each_adapted_layer_{SCALED_LAYER}"
-    ]
+    assert report["touched"] == [NEMOTRON_H_FILE.as_posix()]
+    assert report["regressions"] == []  # the conformance leg: no forward of the language model
+    assert report["sides"]["head"]["status"] == "ok"
     engine = report["engine"]
     assert engine["ran"], engine["notes"]
     assert engine["sides"]["head"]["selector"].startswith("vllm-engine-file:")
-    assert engine["regressions"], "the engine served the unscaled adapters as the scaled ones"
-    for entry in engine["regressions"]:
-        assert entry["id"].startswith(f"suites/engine/test_lora.py::{ENGINE_LORA_CHECK}[")
-        assert entry["base"] == "pass"
-        assert "log-probability" in entry["head"]["reason"]
-        assert shlex.split(entry["rerun"])[0] == str(engine_python())
-    assert sum(g["count"] for g in engine["groups"]) == len(engine["regressions"])
+    (regression,) = engine["regressions"]
+    assert regression["id"] == f"suites/engine/test_forward.py::{ENGINE_TEXT_CHECK}"
+    assert regression["base"] == "pass"
+    assert "log-probability" in regression["head"]["reason"]
+    assert "above the bound" in regression["head"]["reason"]
+    assert shlex.split(regression["rerun"])[0] == str(engine_python())
+    (group,) = engine["groups"]
+    assert (group["type"], group["count"]) == ("AssertionError", 1)
+    assert group["frame"].startswith("suites/engine/test_forward.py:")
+    assert shlex.split(group["rerun"])[0] == str(engine_python())
     markdown = (run.out / "gate.md").read_text()
-    total = len(report["regressions"]) + len(engine["regressions"])
-    assert f"**{total} regression(s)** (exit status 1)" in markdown
-    assert "## The engine leg: vLLM's engine and server on its CPU build" in markdown
+    assert "**1 regression(s)** (exit status 1)" in markdown
+    _, engine_part = markdown.split("## The engine leg: vLLM's engine and server on its CPU build")
+    assert "### Regressions (1) in 1 group(s) by cause" in engine_part
