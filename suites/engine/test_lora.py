@@ -6,6 +6,7 @@ its language model; adapters that also target the towers, served on the language
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
@@ -87,6 +88,15 @@ def against_the_reference(
         if max(prompt) > bound:
             problems.append(
                 f"prompt log-probabilities up to {max(prompt):.4g} nats off (bound {bound:.4g})"
+            )
+        # The largest difference alone is bounded loosely (one position's bf16 error); the
+        # prompt's root mean square is what an adapter applied at the wrong scale moves.
+        rms = math.sqrt(sum(e * e for e in prompt) / len(prompt))
+        rms_bound = engine_bound(f"reference-rms | {path}").value
+        if rms > rms_bound:
+            problems.append(
+                f"prompt log-probabilities {rms:.4g} nats off in root mean square (bound "
+                f"{rms_bound:.4g})"
             )
     agreement = greedy_agreement(answer.tokens, reference.greedy, reference.margins, 2 * bound)
     if agreement.problem:
