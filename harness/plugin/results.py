@@ -264,11 +264,14 @@ class ResultsRecorder:
         self, item: pytest.Item, call: pytest.CallInfo[None]
     ) -> Generator[None, pluggy.Result[pytest.TestReport], None]:
         """A failed check's report carries its cause (:func:`harness.jobs.causes.cause_of`):
-        the gate groups regressions by it."""
+        the gate groups regressions by it. So does an expected failure's (the xfail's): the
+        known deviations' hook, which runs after this one, fails it where its cause is not the
+        pinned one, and that regression's cause is this exception."""
         outcome = yield
         report = outcome.get_result()
         excinfo = call.excinfo
-        if excinfo is None or not report.failed or item.nodeid not in self.check_ids:
+        expected = bool(getattr(report, "wasxfail", None))
+        if excinfo is None or not (report.failed or expected) or item.nodeid not in self.check_ids:
             return
         cause = cause_of(excinfo.type, excinfo.value, excinfo.tb, item.path, ROOT)
         report.user_properties = [*report.user_properties, ("cause", cause)]

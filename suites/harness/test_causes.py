@@ -162,10 +162,31 @@ def test_the_results_plugin_records_a_failed_checks_cause(tmp_path):
 
             def test_passes(target):
                 pass
+
+            def test_pinned_for_another_cause(target):
+                module = types.ModuleType("vllm.toy")
+                exec(compile("def g():\\n    raise ValueError('v')\\n", "toy.py", "exec"),
+                     module.__dict__)
+                module.g()
             """
         )
     )
     (tmp_path / "conftest.py").write_text("")
+    # A known deviation pinning another exception: the check fails for another reason, and its
+    # cause is the exception it raised (the gate groups it with that exception's others).
+    deviations = tmp_path / "deviations.toml"
+    deviations.write_text(
+        textwrap.dedent(
+            f"""\
+            [[deviation]]
+            check = "{check_file.name}::test_pinned_for_another_cause"
+            reason = "pinned to a TypeError"
+            raises = "TypeError"
+            match = "t"
+            reach = "request"
+            """
+        )
+    )
     results = tmp_path / "results.json"
     proc = subprocess.run(
         [
@@ -181,6 +202,7 @@ def test_the_results_plugin_records_a_failed_checks_cause(tmp_path):
             str(check_file),
             f"--results-json={results}",
             f"--rootdir={tmp_path}",
+            f"--deviations={deviations}",
         ],
         cwd=ROOT,
         capture_output=True,
@@ -201,3 +223,7 @@ def test_the_results_plugin_records_a_failed_checks_cause(tmp_path):
         "message": "'k'",
     }
     assert "cause" not in checks["test_passes"]
+    pinned = checks["test_pinned_for_another_cause"]
+    assert pinned["outcome"] == "fail"
+    assert pinned["reason"].startswith("known deviation failed for another reason")
+    assert pinned["cause"] == {"type": "ValueError", "frame": "vllm/toy.py:2 (g)", "message": "v"}
