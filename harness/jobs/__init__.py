@@ -15,10 +15,12 @@
   conformance report, Markdown and JSON;
 - ``deviations``: the known-deviation files of ``fixtures/deviations/``;
 - ``gate``: the pull-request gate (``nemotron-vl-gate``), a base and a head of vLLM compared;
-  ``gate_report``: its delta report; ``gate_stages``: the checks that execute a change's
-  functions first, then the rest; ``causes``: a failed check's cause (exception type and
-  frame of vLLM's code), and failures grouped by it; ``scope``: the gate's scope table, the
-  vLLM files and functions the checks execute (measured by ``harness.mutation.scope``);
+  ``gate_sides``: its sides' runs and its two legs (the conformance suites, and the engine's
+  on the CPU build); ``gate_report``: its delta report; ``gate_stages``: the checks that
+  execute a change's functions first, then the rest; ``causes``: a failed check's cause
+  (exception type and frame of vLLM's code), and failures grouped by it; ``scope``: the
+  gate's scope table, the vLLM files and functions the checks execute (measured by
+  ``harness.mutation.scope``);
 - ``findings``: the reproductions of vLLM bugs against every installed vLLM
   (``nemotron-vl-findings``); ``releases``: the release matrix, every pinned deviation and
   finding per installed release (``nemotron-vl-releases``);

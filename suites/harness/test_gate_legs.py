@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from harness.jobs import gate
+from harness.jobs import gate_sides as gate
 from harness.jobs.causes import known_cause
 from harness.jobs.deviations import deviations_path, load_deviations
-from harness.jobs.gate_report import Leg, Side, compare, render
+from harness.jobs.gate_report import ENGINE_LEG_TITLE, Leg, Side, compare, render
 from harness.jobs.report import TargetRun
 from harness.jobs.results import SCHEMA_VERSION
 
@@ -151,7 +151,7 @@ def test_the_report_has_the_engine_leg_with_its_own_rerun_commands(tmp_path, mon
     assert engine is not None
     conformance = conformance_leg("pass")
     markdown = render(Path("/repo"), ["f.py"], conformance, 1, None, [], engine, notes)
-    _, engine_part = markdown.split(f"## {gate.ENGINE_LEG_TITLE}")
+    _, engine_part = markdown.split(f"## {ENGINE_LEG_TITLE}")
     assert "1 regression(s)" in markdown.splitlines()[2]
     assert "### Regressions (1) in 1 group(s) by cause" in engine_part
     assert "#### 1. 1 check: `EngineError`" in engine_part
@@ -167,5 +167,5 @@ def test_a_report_without_the_engine_leg_says_why():
     markdown = render(
         Path("/repo"), ["f.py"], conformance_leg("pass"), 0, None, [], None, ["not run: why"]
     )
-    assert markdown.endswith(f"## {gate.ENGINE_LEG_TITLE}\n\n- not run: why\n")
+    assert markdown.endswith(f"## {ENGINE_LEG_TITLE}\n\n- not run: why\n")
     assert gate.leg_document(None, ["not run: why"]) == {"ran": False, "notes": ["not run: why"]}

@@ -194,10 +194,10 @@ def test_the_stage_file_is_named_by_its_content(tmp_path):
 def test_the_base_sides_cache_is_keyed_by_the_ids_not_their_files_path(tmp_path, monkeypatch):
     """Each gate run writes its stage's ids under its own output folder: the same ids must
     find the base side's cached results, other ids must not."""
-    from harness.jobs import gate
+    from harness.jobs import gate_sides
 
-    monkeypatch.setattr(gate.metadata, "version", lambda name: "0.33.0")
-    monkeypatch.setattr(gate, "harness_fingerprint", lambda: "h")
+    monkeypatch.setattr(gate_sides.metadata, "version", lambda name: "0.33.0")
+    monkeypatch.setattr(gate_sides, "harness_fingerprint", lambda: "h")
     model = tmp_path / "side" / "src" / "vllm" / "m.py"
     model.parent.mkdir(parents=True)
     model.write_text("x = 1\n")
@@ -207,7 +207,9 @@ def test_the_base_sides_cache_is_keyed_by_the_ids_not_their_files_path(tmp_path,
     other.write_text("suites/a.py::test_two\n")
 
     def key(path, option="--checks-from"):
-        return gate.cache_key([model], tmp_path / "side" / "src", ["-k", "x", option, str(path)])
+        return gate_sides.cache_key(
+            [model], tmp_path / "side" / "src", ["-k", "x", option, str(path)]
+        )
 
     assert key(first) == key(second)
     assert key(first) != key(other)
