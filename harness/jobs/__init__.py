@@ -3,7 +3,8 @@
 - ``conformance``: the main job (``nemotron-vl-conformance``): every target's checks into one
   report;
 - ``supervisor``: each target's pytest process watched from outside (time and memory limits,
-  restarts);
+  restarts); ``processes``: a target's process group (its memory, signalling and killing it);
+  ``stacks``: where a running check is, asked of its process from outside;
 - ``forkserver``: the server each target process is forked from, having imported torch (and
   vLLM) once; ``preload``: what it imports (the mutation runner's forks import it too);
   ``warm``: servers kept between main jobs (``--keep-warm``), used while still current;

@@ -44,8 +44,8 @@ from harness.jobs.conformance import available_targets, slug
 from harness.jobs.cores import THREAD_VARIABLES
 from harness.jobs.forkserver import SHARED_SERVERS_ENV
 from harness.jobs.kept import steering_environment
+from harness.jobs.processes import kill_group
 from harness.jobs.results import ResultsError, read_results, replace_text
-from harness.jobs.supervisor import kill_group
 from harness.jobs.warm import WARM_SERVERS_ENV, retire_all
 from harness.targets import TargetLoadError, resolve_target
 

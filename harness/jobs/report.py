@@ -167,6 +167,7 @@ def _supervision(run: TargetRun) -> dict[str, Any]:
             "peak_memory_gib": None,
             "slowest_check": None,
             "derived_check_timeout_s": None,
+            "past_derived_limit": [],
             "processes": {"forked": 0, "new": 0},
         }
     slowest = supervised.slowest_check
@@ -177,6 +178,7 @@ def _supervision(run: TargetRun) -> dict[str, Any]:
         "peak_memory_gib": round(supervised.peak_memory_gib, 3),
         "slowest_check": {"id": slowest[0], "wall_s": slowest[1]} if slowest else None,
         "derived_check_timeout_s": supervised.derived_check_timeout_s,
+        "past_derived_limit": list(supervised.past_derived_limit),
         "processes": {"forked": supervised.forked, "new": supervised.started_new},
     }
 
@@ -360,6 +362,12 @@ def _incident_section(targets: list[dict[str, Any]]) -> list[str]:
             f"; after the first timeout each check ran under a derived limit of "
             f"{t['derived_check_timeout_s']:g} s"
             if t.get("derived_check_timeout_s") is not None
+            else ""
+        )
+        + (
+            f" ({len(t['past_derived_limit'])} went past it where no check that timed out was "
+            "stuck, and kept the full limit)"
+            if t.get("past_derived_limit")
             else ""
         )
         for t in targets

@@ -36,13 +36,19 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
-from typing import IO, Protocol
 
 from harness.jobs.forkserver import ForkedProcess, ForkServer, ForkServerError
+from harness.jobs.processes import (
+    KILL_GRACE_S,
+    TargetProcess,
+    group_memory_bytes,
+    how_it_ended,
+    kill_group,
+)
 from harness.jobs.results import (
     STARTED_AT_ENV,
     Incident,
@@ -54,6 +60,7 @@ from harness.jobs.results import (
     read_results,
     write_stopped_checks,
 )
+from harness.jobs.stacks import Site, stack_file, where
 
 #: Seconds per check, its set-up included. Measured on a 2-core CPU machine with both targets
 #: side by side: the slowest honest check takes up to 15 s (a module's first check builds its
@@ -70,19 +77,20 @@ DEFAULT_MAX_RESTARTS = 5
 #: honest checks: this many times the slowest seen so far (its set-up included; the default of
 #: ``--derived-limit-factor``), never below :data:`DERIVED_LIMIT_FLOOR_S` nor above
 #: ``--check-timeout``. A fault on a path many checks share (a parser that loops) then costs one
-#: full limit and a short one per check after it.
+#: full limit and a short one per check after it. A check past the derived limit is killed only
+#: where a check that timed out was stuck (harness/jobs/stacks.py); one elsewhere is an honest
+#: slow check and keeps the full limit (on a loaded CI machine, honest checks of restarted
+#: processes once went past the 30 s floor and were killed).
 DEFAULT_DERIVED_LIMIT_FACTOR = 2.5
 #: The floor stands for the first check of a restarted process, which builds its models again
 #: (measured: 10 to 15 s on a loaded 2-core machine; a floor of 15 s killed such a check).
 DERIVED_LIMIT_FLOOR_S = 30.0
 POLL_S = 0.05
-KILL_GRACE_S = 5.0
 TAIL_LINES = 40
 #: Whether a process group's memory can be read (Linux ``/proc``); elsewhere the limit is off.
 MEMORY_VISIBLE = os.path.exists("/proc/self/statm")
 #: pytest's exit statuses for a run it stopped or refused (interrupted, internal error, usage).
 PYTEST_REFUSED = (2, 3, 4)
-_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 
 @dataclass(frozen=True)
@@ -91,12 +99,14 @@ class Limits:
     memory_limit_gib: float = DEFAULT_MEMORY_LIMIT_GIB
     max_restarts: int = DEFAULT_MAX_RESTARTS
     derived_limit_factor: float = DEFAULT_DERIVED_LIMIT_FACTOR
+    derived_limit_floor_s: float = DERIVED_LIMIT_FLOOR_S
 
     def __post_init__(self) -> None:
         for name, value, low in (
             ("check_timeout_s", self.check_timeout_s, 0.0),
             ("memory_limit_gib", self.memory_limit_gib, 0.0),
             ("derived_limit_factor", self.derived_limit_factor, 0.0),
+            ("derived_limit_floor_s", self.derived_limit_floor_s, 0.0),
         ):
             if not value > low:
                 raise ValueError(f"Limits.{name}: expected a number > {low:g}, got {value!r}")
@@ -120,6 +130,9 @@ class Supervised:
     wall_s: float = 0.0  # from the first start to the last process's end
     forked: int = 0  # processes forked from a fork server
     started_new: int = 0  # processes started as a new Python
+    #: the checks that went past the derived limit where no check that timed out was stuck, and
+    #: kept the full limit (each: its id, where it was, after how long)
+    past_derived_limit: list[str] = field(default_factory=list)
     output_tail: list[str] = field(default_factory=list)  # the last process's last lines
 
     @property
@@ -153,92 +166,6 @@ class Interrupt:
         finally:
             for s, handler in previous.items():
                 signal.signal(s, handler)
-
-
-def group_memory_bytes(pgid: int) -> int:
-    """Resident memory of every process in group ``pgid`` and of their descendants in groups of
-    their own (a server a check started in a session of its own, with its engine's processes),
-    from Linux's ``/proc`` (0 elsewhere)."""
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return 0
-    parents: dict[int, int] = {}
-    counted: set[int] = set()
-    pages: dict[int, int] = {}
-    for entry in entries:
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                stat = f.read()
-            # Fields after the parenthesised command: state, ppid, pgrp, ...
-            fields = stat[stat.rindex(")") + 2 :].split()
-            with open(f"/proc/{entry}/statm") as f:
-                pages[int(entry)] = int(f.read().split()[1])
-        except (OSError, ValueError, IndexError):
-            continue  # the process ended while we looked
-        parents[int(entry)] = int(fields[1])
-        if int(fields[2]) == pgid:
-            counted.add(int(entry))
-    grown = True
-    while grown:  # the descendants, whatever their group
-        found = {pid for pid, parent in parents.items() if parent in counted} - counted
-        counted |= found
-        grown = bool(found)
-    return sum(pages[pid] for pid in counted) * _PAGE
-
-
-class TargetProcess(Protocol):
-    """A target's pytest process, in its own session: started new (``subprocess.Popen``) or
-    forked from a fork server (:class:`harness.jobs.forkserver.ForkedProcess`)."""
-
-    pid: int
-    returncode: int | None
-
-    @property
-    def stdout(self) -> IO[bytes] | None: ...
-
-    def poll(self) -> int | None: ...
-
-    def wait(self, timeout: float | None = None) -> int: ...
-
-
-def signal_group(proc: TargetProcess, signum: int) -> None:
-    """Signal the target's whole process group (its own session)."""
-    if isinstance(proc, ForkedProcess):
-        proc.signal_group(signum)  # through its server, which has not reaped it yet
-        return
-    with suppress(ProcessLookupError):
-        os.killpg(proc.pid, signum)
-
-
-def kill_group(proc: TargetProcess, signum: int = signal.SIGKILL) -> None:
-    """Kill the target's whole process group and reap it (a forked one's server reaps it; one
-    whose server does not answer is killed from here and counted as killed)."""
-    signal_group(proc, signum)
-    try:
-        proc.wait(timeout=KILL_GRACE_S)
-    except subprocess.TimeoutExpired:
-        if not isinstance(proc, ForkedProcess):
-            signal_group(proc, signal.SIGKILL)
-            proc.wait()
-            return
-        proc.signal_group(signal.SIGKILL, direct=True)
-        try:
-            proc.wait(timeout=KILL_GRACE_S)
-        except subprocess.TimeoutExpired:
-            proc.abandon()
-
-
-def how_it_ended(returncode: int) -> str:
-    if returncode < 0:
-        try:
-            name = signal.Signals(-returncode).name
-        except ValueError:
-            name = f"signal {-returncode}"
-        return f"killed by {name} ({-returncode})"
-    return f"exited with status {returncode} before its pytest session ended"
 
 
 def _echo(proc: TargetProcess, tail: collections.deque[str], label: str) -> None:
@@ -299,12 +226,17 @@ class Supervisor:
         #: the checks faults stopped, for the next process to record
         self.stopped: list[StoppedCheck] = []
         self.stopped_file = progress.with_name(progress.name + ".stopped.json")
+        #: where the checks that timed out were stuck (:mod:`harness.jobs.stacks`)
+        self.hang_sites: set[Site] = set()
+        #: the checks past the derived limit elsewhere, which keep the full limit
+        self.full_limit: set[str] = set()
 
     def run(self) -> Supervised:
         try:
             return self._run()
         finally:
             self.stopped_file.unlink(missing_ok=True)
+            stack_file(self.progress).unlink(missing_ok=True)
 
     def _run(self) -> Supervised:
         self.started = time.monotonic()
@@ -343,15 +275,18 @@ class Supervisor:
     def _derive_check_limit(self) -> None:
         """The limit of the checks after a timeout (:data:`DERIVED_LIMIT_FACTOR`)."""
         slowest = self.outcome.slowest_check[1] if self.outcome.slowest_check else 0.0
-        derived = max(DERIVED_LIMIT_FLOOR_S, self.limits.derived_limit_factor * slowest)
+        derived = max(self.limits.derived_limit_floor_s, self.limits.derived_limit_factor * slowest)
         self.derived_from_s = slowest
         self.outcome.derived_check_timeout_s = round(min(self.limits.check_timeout_s, derived), 2)
 
     def _limit_of(self, running: str) -> float:
         """The time limit of what is running now: a check after a timeout has the derived
-        limit; start-up, collection and teardown keep ``--check-timeout``."""
+        limit (unless it went past it elsewhere, :meth:`_timeout`); start-up, collection and
+        teardown keep ``--check-timeout``."""
         derived = self.outcome.derived_check_timeout_s
-        return derived if running and derived is not None else self.limits.check_timeout_s
+        if not running or derived is None or running in self.full_limit:
+            return self.limits.check_timeout_s
+        return derived
 
     def _elapsed(self) -> float:
         return round(time.monotonic() - self.started, 2)
@@ -402,6 +337,9 @@ class Supervisor:
 
     def _watch(self, resume: bool) -> _Watch:
         self.progress.unlink(missing_ok=True)
+        # A new process answers where its checks are once it has its own file (a dead one's
+        # would have the signal sent to a process not yet answering it, which ends it).
+        stack_file(self.progress).unlink(missing_ok=True)
         proc = self._start(self._command(resume))
         tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
         echo = threading.Thread(target=_echo, args=(proc, tail, self.label), daemon=True)
@@ -467,21 +405,9 @@ class Supervisor:
                 return _Watch(proc.wait(), self._incident(IncidentKind.INTERRUPTED, running, name))
             limit = self._limit_of(running)
             if now - since > limit:
-                kill_group(proc)
-                derived = running and self.outcome.derived_check_timeout_s is not None
-                which = "the derived check time limit" if derived else "the check time limit"
-                basis = (
-                    f" ({self.limits.derived_limit_factor:g} x the slowest honest check when a "
-                    f"check timed out, {self.derived_from_s:g} s; at least "
-                    f"{DERIVED_LIMIT_FLOOR_S:g} s, at most {self.limits.check_timeout_s:g} s)"
-                    if derived
-                    else ""
-                )
-                detail = (
-                    f"exceeded {which} of {limit:g} s{basis}; the target process was killed (a "
-                    "loop in compiled code cannot be interrupted from within)"
-                )
-                return _Watch(proc.wait(), self._incident(IncidentKind.TIMEOUT, running, detail))
+                timeout = self._timeout(proc, running, limit, now - since)
+                if timeout is not None:
+                    return timeout
             used = group_memory_bytes(proc.pid)
             self.outcome.peak_memory_gib = max(self.outcome.peak_memory_gib, used / 2**30)
             if used > limit_bytes:
@@ -502,6 +428,49 @@ class Supervisor:
             ended = "its fork server ended, and the process was killed with it"
             self.fork_server = None
         return _Watch(returncode, self._incident(IncidentKind.CRASH, running, ended))
+
+    def _timeout(
+        self, proc: TargetProcess, running: str, limit: float, seconds: float
+    ) -> _Watch | None:
+        """The process's end for a check (or a stretch between checks) past its limit; None when
+        the check is past the derived limit somewhere no check that timed out was stuck: an
+        honest slow one (a loaded machine, a restarted process building its models again),
+        which keeps the full limit."""
+        site = where(proc.pid, self.progress) if running else None
+        derived = (
+            bool(running)
+            and self.outcome.derived_check_timeout_s is not None
+            and running not in self.full_limit
+        )
+        if derived and site is not None and site not in self.hang_sites:
+            self.full_limit.add(running)
+            self.outcome.past_derived_limit.append(
+                f"{running}: at {site} after {seconds:.0f} s, kept the full limit"
+            )
+            return None
+        kill_group(proc)
+        which = "the derived check time limit" if derived else "the check time limit"
+        limits = self.limits
+        basis = (
+            f" ({limits.derived_limit_factor:g} x the slowest honest check when a check timed "
+            f"out, {self.derived_from_s:g} s; at least {limits.derived_limit_floor_s:g} s, at "
+            f"most {limits.check_timeout_s:g} s)"
+            if derived
+            else ""
+        )
+        if site is None:
+            stuck = ""
+        elif derived:
+            stuck = f"; stuck where a check that timed out was, {site}"
+        else:
+            stuck = f"; stuck at {site}"
+        if site is not None:
+            self.hang_sites.add(site)
+        detail = (
+            f"exceeded {which} of {limit:g} s{basis}{stuck}; the target process was killed (a "
+            "loop in compiled code cannot be interrupted from within)"
+        )
+        return _Watch(proc.wait(), self._incident(IncidentKind.TIMEOUT, running, detail))
 
     def _note_wall(self, check: str, seconds: float) -> None:
         slowest = self.outcome.slowest_check
@@ -565,5 +534,6 @@ def merge_supervised(parts: list[Supervised]) -> Supervised:
         wall_s=max(p.wall_s for p in parts),
         forked=sum(p.forked for p in parts),
         started_new=sum(p.started_new for p in parts),
+        past_derived_limit=[check for p in parts for check in p.past_derived_limit],
         output_tail=(with_incidents or parts)[-1].output_tail,
     )

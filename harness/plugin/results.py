@@ -3,7 +3,8 @@
 The file is rewritten (atomically) after collection and after every check, so a target process
 that dies keeps what it finished. More options serve the supervising main job
 (:mod:`harness.jobs.supervisor`): ``--progress-file PATH`` holds the id of the check now running
-(empty between checks), ``--resume`` keeps the checks already in the results file and runs the
+(empty between checks; the process also answers where a running check is,
+:mod:`harness.jobs.stacks`), ``--resume`` keeps the checks already in the results file and runs the
 rest, and ``--stopped-checks FILE`` records the checks a fault stopped in an earlier process
 (with what they run on and their serving configuration) without running them again
 (``--record-stopped-only``: records them and runs no check).
@@ -38,6 +39,7 @@ from harness.jobs.results import (
     replace_text,
     write_results,
 )
+from harness.jobs.stacks import answer_stack_requests
 from harness.oracles.cache import answered
 from harness.plugin.deviations import is_check, stale_deviations
 from harness.plugin.groups import keep_group
@@ -90,10 +92,12 @@ def pytest_configure(config: pytest.Config) -> None:
 
 class ProgressFile:
     """The id of the check now running, for a supervisor that enforces time limits and names the
-    check a dead process was running."""
+    check a dead process was running; the process answers the supervisor's question of where a
+    check is (:mod:`harness.jobs.stacks`)."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
+        answer_stack_requests(path)  # before any check runs: the supervisor asks during one
         replace_text(path, "")
 
     def pytest_runtest_logstart(self, nodeid: str) -> None:

@@ -34,7 +34,7 @@ from harness.jobs.forkserver import (
     stop_servers,
 )
 from harness.jobs.preload import process_running
-from harness.jobs.supervisor import group_memory_bytes, kill_group
+from harness.jobs.processes import group_memory_bytes, kill_group
 
 CHECKS = """
 import os, signal, time

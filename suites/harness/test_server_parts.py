@@ -302,7 +302,7 @@ def test_a_servers_memory_counts_in_its_starters_group() -> None:
     """The supervisor's memory limit and the report's peak cover a server a check started in a
     session of its own: the descendants of the target's group count, whatever their group.
     Here a starter in a group of its own starts a holder of 300 MiB in another session."""
-    from harness.jobs.supervisor import group_memory_bytes
+    from harness.jobs.processes import group_memory_bytes
 
     holder = "import time; x = bytearray(300 * 2**20); time.sleep(60)"
     starter = subprocess.Popen(

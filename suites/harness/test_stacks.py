@@ -1,0 +1,199 @@
+"""Where a running check is (:mod:`harness.jobs.stacks`), and the supervisor's use of it: a
+check past the derived limit is killed where a check that timed out was stuck, and keeps the
+full limit elsewhere (:class:`harness.jobs.supervisor.Supervisor`). Expected frames are lines
+of the programs written here, found by reading them (not by the code under test)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from harness.jobs.forkserver import fork_servers
+from harness.jobs.processes import how_it_ended
+from harness.jobs.results import read_results
+from harness.jobs.stacks import Site, innermost_frame, stack_file, where
+from harness.jobs.supervisor import Interrupt, Limits, Supervisor
+from suites.harness.helpers import ROOT
+
+
+def _line_of(text: str, path: Path) -> int:
+    lines = [i for i, line in enumerate(path.read_text().splitlines(), 1) if text in line]
+    assert len(lines) == 1, (text, lines)
+    return lines[0]
+
+
+STUCK = textwrap.dedent(
+    """\
+    import sys, threading, time
+    from pathlib import Path
+    from harness.jobs.stacks import answer_stack_requests
+
+    def spin():
+        while True: pass  # the loop
+
+    def deadlock():
+        held = threading.Lock()
+        held.acquire()
+        held.acquire()  # the deadlock
+
+    threading.Thread(target=time.sleep, args=(60,), daemon=True).start()
+    answer_stack_requests(Path(sys.argv[2]))
+    print("ready", flush=True)
+    {"spin": spin, "deadlock": deadlock}[sys.argv[1]]()
+    """
+)
+
+
+@pytest.mark.parametrize(("stuck", "line"), [("spin", "the loop"), ("deadlock", "the deadlock")])
+def test_a_stuck_process_says_where_its_main_thread_is(
+    tmp_path: Path, stuck: str, line: str
+) -> None:
+    """A loop and a deadlock alike answer with the main thread's frame, not another thread's."""
+    program = tmp_path / "stuck.py"
+    program.write_text(STUCK)
+    progress = tmp_path / "progress"
+    proc = subprocess.Popen(
+        [sys.executable, str(program), stuck, str(progress)],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline().strip() == "ready"
+        time.sleep(0.5)  # past the call into the loop
+        expected = Site(str(program), _line_of(line, program), stuck)
+        assert where(proc.pid, progress) == expected
+        assert where(proc.pid, progress) == expected  # asked again, the newest answer
+        assert proc.poll() is None  # answering does not end it
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_a_process_that_keeps_no_answer_file_is_not_signalled(tmp_path: Path) -> None:
+    """The signal's default action ends a process: one that never registered is not sent it."""
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        assert where(proc.pid, tmp_path / "progress", timeout_s=0.5) is None
+        stack_file(tmp_path / "progress").write_text("not an answer file\n")
+        assert where(proc.pid, tmp_path / "progress", timeout_s=0.5) is None
+        time.sleep(0.2)
+        assert proc.poll() is None, how_it_ended(proc.returncode or 0)
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_a_dump_is_read_for_the_named_thread_only() -> None:
+    dump = textwrap.dedent(
+        """\
+        Thread 0x00007f0000000002 (most recent call first):
+          File "/x/threading.py", line 320 in wait
+
+        Current thread 0x00007f0000000001 (most recent call first):
+          File "/usr/lib/python3.11/site-packages/vllm/parser.py", line 7 in parse
+          File "/x/check.py", line 3 in test
+        """
+    )
+    site = innermost_frame(dump, "0x00007f0000000001")
+    assert site == Site("/usr/lib/python3.11/site-packages/vllm/parser.py", 7, "parse")
+    assert str(site) == "vllm/parser.py:7 in parse"
+    assert innermost_frame(dump, "0x00007f0000000003") is None
+
+
+CHECKS = textwrap.dedent(
+    """\
+    import threading
+    import time
+
+    def hang():
+        held = threading.Lock()
+        held.acquire()
+        held.acquire()  # the shared hang
+
+    def test_a_hangs(target):
+        hang()
+
+    def test_b_slow_elsewhere(target):
+        time.sleep(SLOW_S)  # honest, slow
+
+    def test_c_hangs_the_same_way(target):
+        hang()
+
+    def test_d_passes(target):
+        pass
+    """
+)
+#: Above a forked process's start-up on a loaded machine (the start-up has the full limit too).
+FULL_S = 20.0
+DERIVED_S = 1.0
+SLOW_S = 3.5  # past the derived limit, well within the full one
+
+
+def test_past_the_derived_limit_only_the_same_hang_is_killed(tmp_path: Path) -> None:
+    """After the first hang (the full limit), a check past the derived limit somewhere else
+    keeps the full limit and passes; the same hang again is killed at the derived limit; each
+    timeout says where the check was stuck."""
+    checks = tmp_path / "test_toy.py"
+    checks.write_text(CHECKS.replace("SLOW_S", repr(SLOW_S)))
+    results = tmp_path / "results.json"
+    progress = tmp_path / "progress"
+
+    def command(resume: bool) -> list[str]:
+        return [
+            sys.executable,
+            "-m",
+            "pytest",
+            *("-p", "harness.plugin", "-p", "no:randomly", "-p", "no:cacheprovider"),
+            str(checks),
+            f"--rootdir={tmp_path}",
+            f"--results-json={results}",
+            f"--progress-file={progress}",
+            *(["--resume"] if resume else []),
+        ]
+
+    limits = Limits(
+        check_timeout_s=FULL_S, derived_limit_factor=1.0, derived_limit_floor_s=DERIVED_S
+    )
+    with fork_servers(["torch"]) as servers:  # the test run's, when it has one
+        supervised = Supervisor(
+            command,
+            results=results,
+            progress=progress,
+            limits=limits,
+            cwd=ROOT,
+            interrupt=Interrupt(),
+            fork_server=servers["torch"],
+        ).run()
+    hang = f"test_toy.py:{_line_of('the shared hang', checks)} in hang"
+    assert len(supervised.incidents) == 2, (supervised.incidents, supervised.output_tail)
+    first, second = supervised.incidents
+    assert (first["kind"], first["check"].split("::")[-1]) == ("timeout", "test_a_hangs")
+    assert f"exceeded the check time limit of {FULL_S:g} s" in first["detail"]
+    assert f"; stuck at {tmp_path}/{hang};" in first["detail"], first
+    assert (second["kind"], second["check"].split("::")[-1]) == (
+        "timeout",
+        "test_c_hangs_the_same_way",
+    )
+    assert "exceeded the derived check time limit of" in second["detail"], second
+    assert f"stuck where a check that timed out was, {tmp_path}/{hang}" in second["detail"]
+    assert second["at_s"] - first["at_s"] < SLOW_S + FULL_S  # not the full limit again
+    (past,) = supervised.past_derived_limit
+    slow_line = _line_of("honest, slow", checks)
+    assert past.startswith(f"{checks.name}::test_b_slow_elsewhere: at {checks}:{slow_line} in ")
+    written = read_results(results)
+    assert written is not None
+    outcomes = {c["id"].split("::")[-1]: c["outcome"] for c in written["checks"]}
+    assert outcomes == {
+        "test_a_hangs": "fail",
+        "test_b_slow_elsewhere": "pass",
+        "test_c_hangs_the_same_way": "fail",
+        "test_d_passes": "pass",
+    }, json.dumps(written["checks"], indent=1)
