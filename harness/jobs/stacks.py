@@ -10,9 +10,11 @@ no Python code has to run. The file starts with the main thread's id, so that th
 
 The supervisor uses it twice (:mod:`harness.jobs.supervisor`): a check that times out is
 reported with where it was stuck, and after a timeout a check past the shorter derived limit is
-killed only if it is stuck where a check that timed out was (the same fault on a shared path);
-a check elsewhere is an honest slow one (a loaded machine, a process that builds its models
-again) and keeps the full limit.
+killed only if it is stuck in a function where a check that timed out was (the same fault on a
+shared path); a check elsewhere is an honest slow one (a loaded machine, a process that builds
+its models again) and keeps the full limit. A check that waits on another process (vLLM's
+engine, a server) waits in the same function whatever that process does: such checks are told
+apart no better than by the derived limit alone.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import faulthandler
 import os
 import re
 import signal
+import sysconfig
 import threading
 import time
 from dataclasses import dataclass
@@ -34,7 +37,7 @@ ANSWER_S = 2.0
 _POLL_S = 0.02
 _HEADER = "main thread "
 _THREAD = re.compile(r"^(?:Current thread|Thread) (0x[0-9a-f]+) \(most recent call first\):$")
-_FRAME = re.compile(r'^  File "(.*)", line (\d+) in (.*)$')
+_FRAME = re.compile(r'^  File "(.*)", line (\d+) in (\S+)$')
 #: The open answer file of this process (kept open for faulthandler, which writes to its fd).
 _ANSWERS: list[IO[str]] = []
 
@@ -46,6 +49,12 @@ class Site:
     path: str
     line: int
     function: str
+
+    @property
+    def place(self) -> tuple[str, str]:
+        """The function it is in: a loop that calls functions is on another line at each look,
+        in the same function."""
+        return (self.path, self.function)
 
     def __str__(self) -> str:
         return f"{_short(self.path)}:{self.line} in {self.function}"
@@ -73,9 +82,9 @@ def answer_stack_requests(progress: Path) -> None:
 
 
 def where(pid: int, progress: Path, timeout_s: float = ANSWER_S) -> Site | None:
-    """The innermost frame of process ``pid``'s main thread, asked for now; None when the
-    process does not answer (it keeps no answer file, so the signal, which would end it, is not
-    sent; or no answer came within ``timeout_s``)."""
+    """Where process ``pid``'s main thread is (:func:`innermost_frame`), asked for now; None
+    when the process does not answer (it keeps no answer file, so the signal, which would end
+    it, is not sent; or no whole answer came within ``timeout_s``)."""
     path = stack_file(progress)
     try:
         before = path.read_text()
@@ -89,21 +98,34 @@ def where(pid: int, progress: Path, timeout_s: float = ANSWER_S) -> Site | None:
     except OSError:
         return None
     deadline = time.monotonic() + timeout_s
+    seen = None
     while time.monotonic() < deadline:
         time.sleep(_POLL_S)
         try:
             answer = path.read_text()[len(before) :]
         except OSError:
             return None
-        site = innermost_frame(answer, main)
-        if site is not None:
-            return site
+        # faulthandler writes a line in several pieces: read it once it stopped growing.
+        if answer and answer == seen:
+            return innermost_frame(answer, main)
+        seen = answer
     return None
 
 
+#: Frames of the standard library are where any wait ends up (a lock, a queue, a socket): the
+#: place a thread is stuck is its innermost frame outside it.
+_STANDARD_LIBRARY = sysconfig.get_paths()["stdlib"] + os.sep
+
+
+def _standard(path: str) -> bool:
+    return path.startswith(_STANDARD_LIBRARY) and "site-packages" not in path
+
+
 def innermost_frame(dump: str, thread: str) -> Site | None:
-    """The first frame of ``thread``'s stack (most recent call first) in a faulthandler dump;
-    None when the dump holds no frame of that thread (yet)."""
+    """Where ``thread`` is in a faulthandler dump: its innermost frame outside the standard
+    library (its innermost frame if all are in it); None when the dump holds no whole frame of
+    that thread."""
+    frames: list[Site] = []
     current = None
     for line in dump.splitlines():
         header = _THREAD.match(line)
@@ -112,5 +134,7 @@ def innermost_frame(dump: str, thread: str) -> Site | None:
             continue
         frame = _FRAME.match(line)
         if frame is not None and current is not None and int(current, 16) == int(thread, 16):
-            return Site(frame.group(1), int(frame.group(2)), frame.group(3))
-    return None
+            frames.append(Site(frame.group(1), int(frame.group(2)), frame.group(3)))
+    if not frames:
+        return None
+    return next((site for site in frames if not _standard(site.path)), frames[0])

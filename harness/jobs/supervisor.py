@@ -60,7 +60,7 @@ from harness.jobs.results import (
     read_results,
     write_stopped_checks,
 )
-from harness.jobs.stacks import Site, stack_file, where
+from harness.jobs.stacks import stack_file, where
 
 #: Seconds per check, its set-up included. Measured on a 2-core CPU machine with both targets
 #: side by side: the slowest honest check takes up to 15 s (a module's first check builds its
@@ -226,8 +226,8 @@ class Supervisor:
         #: the checks faults stopped, for the next process to record
         self.stopped: list[StoppedCheck] = []
         self.stopped_file = progress.with_name(progress.name + ".stopped.json")
-        #: where the checks that timed out were stuck (:mod:`harness.jobs.stacks`)
-        self.hang_sites: set[Site] = set()
+        #: the functions the checks that timed out were stuck in (:mod:`harness.jobs.stacks`)
+        self.hang_places: set[tuple[str, str]] = set()
         #: the checks past the derived limit elsewhere, which keep the full limit
         self.full_limit: set[str] = set()
 
@@ -436,13 +436,15 @@ class Supervisor:
         the check is past the derived limit somewhere no check that timed out was stuck: an
         honest slow one (a loaded machine, a restarted process building its models again),
         which keeps the full limit."""
-        site = where(proc.pid, self.progress) if running else None
+        # Asked only of a process still running (a forked one's pid is its own until reaped).
+        site = where(proc.pid, self.progress) if running and proc.poll() is None else None
         derived = (
             bool(running)
             and self.outcome.derived_check_timeout_s is not None
+            and self.outcome.derived_check_timeout_s < self.limits.check_timeout_s
             and running not in self.full_limit
         )
-        if derived and site is not None and site not in self.hang_sites:
+        if derived and site is not None and site.place not in self.hang_places:
             self.full_limit.add(running)
             self.outcome.past_derived_limit.append(
                 f"{running}: at {site} after {seconds:.0f} s, kept the full limit"
@@ -465,7 +467,7 @@ class Supervisor:
         else:
             stuck = f"; stuck at {site}"
         if site is not None:
-            self.hang_sites.add(site)
+            self.hang_places.add(site.place)
         detail = (
             f"exceeded {which} of {limit:g} s{basis}{stuck}; the target process was killed (a "
             "loop in compiled code cannot be interrupted from within)"

@@ -18,7 +18,8 @@ One module per concern, as pytest's own plugins are organised:
 - ``config_reads``: ``--record-config-reads PATH``, which config fields the model's vLLM files
   read and in which checks; ``--ignore-config-field SECTION.FIELD``, as if vLLM ignored one.
 
-May import: ``jobs`` (the results schema, the deviations file), ``targets``, ``inputs``,
+May import: ``jobs`` (the results schema, the deviations file, where a check is:
+``stacks``), ``targets``, ``inputs``,
 ``checkpoints``.
 """
 

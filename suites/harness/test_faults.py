@@ -406,7 +406,10 @@ def test_an_interrupted_run_still_writes_its_report(tmp_path: Path) -> None:
 
 def next_progress_file(out: Path) -> Any:
     def read() -> str:
+        # The progress file itself, not its siblings (PROGRESS.stack, PROGRESS.stopped.json).
         for path in out.glob(".progress-*"):
+            if path.suffix in (".stack", ".json"):
+                continue
             try:
                 return path.read_text().strip()
             except OSError:

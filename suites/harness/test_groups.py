@@ -79,7 +79,13 @@ def test_groups_merge_into_one_targets_results():
 
 
 def test_groups_supervision_merges():
-    a = Supervised(exit_status=0, peak_memory_gib=2.0, wall_s=10.0, slowest_check=("x", 3.0))
+    a = Supervised(
+        exit_status=0,
+        peak_memory_gib=2.0,
+        wall_s=10.0,
+        slowest_check=("x", 3.0),
+        past_derived_limit=["x: at a.py:1 in f after 31 s, kept the full limit"],
+    )
     b = Supervised(
         exit_status=1,
         restarts=1,
@@ -93,6 +99,7 @@ def test_groups_supervision_merges():
     assert merged.peak_memory_gib == 3.5  # the groups run at once
     assert merged.slowest_check == ("y", 4.0)
     assert [i["check"] for i in merged.incidents] == ["y"]
+    assert merged.past_derived_limit == a.past_derived_limit
 
 
 def main_job(out: Path, groups: int) -> dict[str, Any]:

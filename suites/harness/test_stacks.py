@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import sysconfig
 import textwrap
 import time
 from pathlib import Path
@@ -91,13 +92,17 @@ def test_a_process_that_keeps_no_answer_file_is_not_signalled(tmp_path: Path) ->
         proc.wait()
 
 
-def test_a_dump_is_read_for_the_named_thread_only() -> None:
+def test_a_dump_is_read_for_the_named_thread_outside_the_standard_library() -> None:
+    """The named thread's frames only; a wait in the standard library (a lock, a queue) is where
+    any thread waits, so the place is the innermost frame outside it."""
+    threading_py = f"{sysconfig.get_paths()['stdlib']}/threading.py"
     dump = textwrap.dedent(
-        """\
+        f"""\
         Thread 0x00007f0000000002 (most recent call first):
-          File "/x/threading.py", line 320 in wait
+          File "/x/elsewhere.py", line 320 in serve
 
         Current thread 0x00007f0000000001 (most recent call first):
+          File "{threading_py}", line 327 in wait
           File "/usr/lib/python3.11/site-packages/vllm/parser.py", line 7 in parse
           File "/x/check.py", line 3 in test
         """
@@ -106,6 +111,13 @@ def test_a_dump_is_read_for_the_named_thread_only() -> None:
     assert site == Site("/usr/lib/python3.11/site-packages/vllm/parser.py", 7, "parse")
     assert str(site) == "vllm/parser.py:7 in parse"
     assert innermost_frame(dump, "0x00007f0000000003") is None
+    only_waiting = f'Thread 0x01 (most recent call first):\n  File "{threading_py}", line 1 in w\n'
+    assert innermost_frame(only_waiting, "0x01") == Site(threading_py, 1, "w")
+    # A line cut short while faulthandler writes it is no frame.
+    assert (
+        innermost_frame('Thread 0x01 (most recent call first):\n  File "/x.py", line 3 in', "0x01")
+        is None
+    )
 
 
 CHECKS = textwrap.dedent(
@@ -186,8 +198,9 @@ def test_past_the_derived_limit_only_the_same_hang_is_killed(tmp_path: Path) -> 
     assert f"stuck where a check that timed out was, {tmp_path}/{hang}" in second["detail"]
     assert second["at_s"] - first["at_s"] < SLOW_S + FULL_S  # not the full limit again
     (past,) = supervised.past_derived_limit
-    slow_line = _line_of("honest, slow", checks)
-    assert past.startswith(f"{checks.name}::test_b_slow_elsewhere: at {checks}:{slow_line} in ")
+    # Where it was depends on how far its process had got (its set-up, or the sleep).
+    assert past.startswith(f"{checks.name}::test_b_slow_elsewhere: at "), past
+    assert past.endswith("kept the full limit"), past
     written = read_results(results)
     assert written is not None
     outcomes = {c["id"].split("::")[-1]: c["outcome"] for c in written["checks"]}
