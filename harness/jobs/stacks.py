@@ -35,6 +35,8 @@ STACK_SIGNAL = signal.SIGUSR2
 #: The longest the supervisor waits for an answer (faulthandler's takes milliseconds).
 ANSWER_S = 2.0
 _POLL_S = 0.02
+#: Polls a dump must stay unchanged to be read (100 ms).
+_SETTLED_POLLS = 5
 _HEADER = "main thread "
 _THREAD = re.compile(r"^(?:Current thread|Thread) (0x[0-9a-f]+) \(most recent call first\):$")
 _FRAME = re.compile(r'^  File "(.*)", line (\d+) in (\S+)$')
@@ -98,17 +100,21 @@ def where(pid: int, progress: Path, timeout_s: float = ANSWER_S) -> Site | None:
     except OSError:
         return None
     deadline = time.monotonic() + timeout_s
-    seen = None
+    seen, unchanged = "", 0
     while time.monotonic() < deadline:
         time.sleep(_POLL_S)
         try:
             answer = path.read_text()[len(before) :]
         except OSError:
             return None
-        # faulthandler writes a line in several pieces: read it once it stopped growing.
-        if answer and answer == seen:
-            return innermost_frame(answer, main)
+        # faulthandler writes piece by piece, the main thread last: a dump is read once it has
+        # the main thread's frames and stopped growing (a writer preempted on a loaded machine
+        # pauses mid-dump).
+        unchanged = unchanged + 1 if answer == seen else 0
         seen = answer
+        site = innermost_frame(answer, main)
+        if site is not None and unchanged >= _SETTLED_POLLS:
+            return site
     return None
 
 
