@@ -148,8 +148,11 @@ CHECKS = textwrap.dedent(
         pass
     """
 )
-#: Above a forked process's start-up on a loaded machine (the start-up has the full limit too).
-FULL_S = 20.0
+#: The start-up of each process has the full limit too: far above a forked process's start-up
+#: on a loaded machine (at 20 s, a fresh clone's CI run, the other stream at full load, killed a
+#: restarted process that had printed nothing yet; the same test under three CPU hogs here took
+#: 62 to 67 s in all). The hang waits out this limit once, without a core.
+FULL_S = 90.0
 DERIVED_S = 1.0
 SLOW_S = 3.5  # past the derived limit, well within the full one
 
@@ -190,7 +193,8 @@ def test_past_the_derived_limit_only_the_same_hang_is_killed(tmp_path: Path) -> 
             fork_server=servers["torch"],
         ).run()
     hang = f"test_toy.py:{_line_of('the shared hang', checks)} in hang"
-    assert len(supervised.incidents) == 2, (supervised.incidents, supervised.output_tail)
+    assert len(supervised.incidents) == 2, supervised
+    assert all(incident["check"] for incident in supervised.incidents), supervised
     first, second = supervised.incidents
     assert (first["kind"], first["check"].split("::")[-1]) == ("timeout", "test_a_hangs")
     assert f"exceeded the check time limit of {FULL_S:g} s" in first["detail"]
