@@ -74,11 +74,18 @@ def stack_file(progress: Path) -> Path:
 
 def answer_stack_requests(progress: Path) -> None:
     """In a target process: answer :data:`STACK_SIGNAL` with every thread's stack, appended to
-    ``PROGRESS.stack`` (which starts with the main thread's id)."""
-    answers = stack_file(progress).open("w")
-    main = threading.main_thread().ident or 0
-    answers.write(f"{_HEADER}0x{main:016x}\n")
-    answers.flush()
+    ``PROGRESS.stack`` (which starts with the main thread's id). A file that cannot be written
+    leaves the process unable to answer, never unable to run: without the file's header the
+    supervisor does not ask (:func:`where`)."""
+    path = stack_file(progress)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)  # as the progress file's is made
+        answers = path.open("w")
+        main = threading.main_thread().ident or 0
+        answers.write(f"{_HEADER}0x{main:016x}\n")
+        answers.flush()
+    except OSError:
+        return
     faulthandler.register(STACK_SIGNAL, file=answers, all_threads=True, chain=False)
     _ANSWERS[:] = [answers]
 

@@ -163,8 +163,9 @@ def test_past_the_derived_limit_only_the_same_hang_is_killed(tmp_path: Path) -> 
     timeout says where the check was stuck."""
     checks = tmp_path / "test_toy.py"
     checks.write_text(CHECKS.replace("SLOW_S", repr(SLOW_S)))
-    results = tmp_path / "results.json"
-    progress = tmp_path / "progress"
+    # In a folder the target process makes (as the gate's sides' are made).
+    results = tmp_path / "out" / "results.json"
+    progress = tmp_path / "out" / ".progress"
 
     def command(resume: bool) -> list[str]:
         return [
