@@ -65,9 +65,11 @@ from harness.jobs.results import (
     write_results,
 )
 from harness.jobs.runtimes import (
+    CORES_BIND_ENV,
     ENGINE_TARGET,
     RuntimeMissing,
     engine_python,
+    group_cores,
     runtime_of,
 )
 from harness.jobs.supervisor import (
@@ -113,8 +115,11 @@ def run_target(
     fork_server: ForkServer | None = None,
 ) -> TargetRun:
     """One target's suites, supervised; with ``groups`` > 1, as that many groups of whole
-    modules (``--check-group K/N``), each in its own supervised processes, side by side, their
-    results merged into the target's. Its processes are forked from ``fork_server`` if given."""
+    modules (``--check-group K/N``), or one group per suite for a target whose runtime says so
+    (:attr:`TargetRuntime.suite_groups`), each in its own supervised processes, side by side,
+    their results merged into the target's. Its processes are forked from ``fork_server`` if
+    given."""
+    groups = target_groups(selector, groups)
     results_path = out_dir / f"results-{slug(selector)}.json"
     results_path.unlink(missing_ok=True)
     run_group = functools.partial(
@@ -161,6 +166,21 @@ def run_target(
     return TargetRun(selector, supervised.exit_status, results, supervised=supervised)
 
 
+def target_groups(selector: str, groups: int) -> int:
+    """How many groups a target runs as, given ``groups``: one per suite for a target whose
+    suites run as groups, where there is more than one core (its processes then bind to cores
+    of their own)."""
+    runtime = runtime_of(selector)
+    if runtime.suite_groups and len(runtime.suites) > 1 and len(available_cores()) > 1:
+        return len(runtime.suites)
+    return groups
+
+
+def available_cores() -> list[int]:
+    """The cores this process may run on."""
+    return sorted(os.sched_getaffinity(0))
+
+
 def merge_junit(parts: list[Path], out: Path) -> None:
     """The groups' JUnit files as the target's one: their ``<testsuite>`` elements under one
     ``<testsuites>`` (a file a group never wrote, or cannot be read, is left out; its checks are
@@ -197,6 +217,12 @@ def _run_group(
     checks; its cores handed to the others when it ends (``cores``)."""
     name = process_name(selector, group)
     runtime = runtime_of(selector)
+    suites, selection = runtime.suites, [f"--check-group={group[0]}/{group[1]}"] if group else []
+    env: dict[str, str] = {}
+    if runtime.suite_groups and group:
+        suites, selection = (runtime.suites[group[0] - 1],), []
+        if CORES_BIND_ENV not in os.environ:  # a binding the caller set stands
+            env[CORES_BIND_ENV] = group_cores(group, available_cores())
     results_path = out_dir / f"results-{name}.json"
     progress_path = out_dir / f".progress-{name}"
     results_path.unlink(missing_ok=True)
@@ -208,7 +234,7 @@ def _run_group(
             runtime.python,
             "-m",
             "pytest",
-            *runtime.suites,
+            *suites,
             f"--target={selector}",
             f"--device={device}",
             f"--results-json={results_path}",
@@ -224,13 +250,14 @@ def _run_group(
             "--tb=native",
             "-p",
             "no:unraisableexception",
-            *([f"--check-group={group[0]}/{group[1]}"] if group else []),
+            *selection,
             *([f"--core-share-file={cores.path}"] if cores else []),
             *(["--resume"] if resume else []),
             *extra,
         ]
 
-    print(f"\n=== conformance: {label or selector} ===\n$ {shlex.join(command(False))}", flush=True)
+    shown = "".join(f"{k}={v} " for k, v in env.items()) + shlex.join(command(False))
+    print(f"\n=== conformance: {label or selector} ===\n$ {shown}", flush=True)
     with cores.held() if cores is not None else contextlib.nullcontext():
         supervised = Supervisor(
             command,
@@ -241,6 +268,7 @@ def _run_group(
             interrupt=interrupt,
             label=label,
             fork_server=fork_server,
+            env=env,
         ).run()
     progress_path.unlink(missing_ok=True)
     status = supervised.exit_status
@@ -297,6 +325,7 @@ def keep_clean_run(
         return
     if run.supervised.incidents or run.supervised.restarts:
         return
+    groups = target_groups(run.selector, groups)
     parts = [None] if groups == 1 else [(k, groups) for k in range(1, groups + 1)]
     imported = read_imports(
         imports_path(out_dir / f"results-{process_name(run.selector, part)}.json") for part in parts
@@ -511,8 +540,12 @@ def main(argv: list[str] | None = None) -> int:
 
         # The targets' processes are independent: side by side they share the cores, and the
         # results are the same as one after the other.
+        # The longest first: a target whose suites run as groups (the engine target, longer
+        # than the others together) starts at once, not after one of them has ended.
+        order = sorted(targets, key=lambda t: not runtime_of(t).suite_groups)
         with ThreadPoolExecutor(max_workers=jobs) as pool:
-            runs = list(pool.map(run, targets))
+            started = {t: pool.submit(run, t) for t in order}
+            runs = [started[t].result() for t in targets]
     command = "nemotron-vl-conformance " + shlex.join(argv + (["--", *extra] if extra else []))
     report = build_report(runs, command=command.strip())
     json_path, md_path = write_report(report, out_dir)

