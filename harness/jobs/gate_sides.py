@@ -179,6 +179,21 @@ def run_both(
     return run("base", base_rev, base_files, cache=cache, cores=cores), head
 
 
+#: Why the engine leg did not run where this machine has no CPU build.
+NO_ENGINE_ENVIRONMENT = (
+    "not run: no environment with the CPU build of vLLM (`nox -s conformance` builds "
+    "`.nox/engine`; NEMOTRON_VL_ENGINE_PYTHON names another)"
+)
+#: Why it did not run where the caller's pytest selection holds none of its checks.
+NO_ENGINE_CHECK_SELECTED = "not run: the pytest arguments select no engine or server check"
+
+
+def engine_left_out_by_choice(notes: list[str]) -> bool:
+    """Whether the engine leg was left out by the caller (a local run's option, a pytest
+    selection), not because it could not run."""
+    return any(note.startswith("not run (--") or note == NO_ENGINE_CHECK_SELECTED for note in notes)
+
+
 def gate_status(*legs: Leg) -> int:
     for leg in legs:
         for side in (leg.base, leg.head):
@@ -201,7 +216,7 @@ def engine_leg(both: Callable[[], tuple[Side, Side]], out: Path) -> tuple[Leg | 
                 f"{problem}"
             ]
     if selected_none(head):  # then the base was not run either
-        return None, ["not run: the pytest arguments select no engine or server check"]
+        return None, [NO_ENGINE_CHECK_SELECTED]
     delta = compare(base.outcomes, head.outcomes)
     groups = group_regressions(delta, out / "regressions-engine", "vllm-engine")
     notes = [
@@ -223,15 +238,23 @@ def sides_document(leg: Leg) -> dict[str, dict[str, Any]]:
     }
 
 
-def leg_document(leg: Leg | None, notes: list[str]) -> dict[str, Any]:
-    """gate.json's engine leg: what the report says of it and, where it ran, its sides and
-    delta as the conformance leg's."""
+def delta_document(leg: Leg | None) -> dict[str, Any]:
+    """gate.json's account of a leg: its sides, regressions (each with its rerun command), groups
+    by cause, fixes, new and removed checks and the unchanged rest; empty ones where it did not
+    run (a change only the engine leg's checks run)."""
     if leg is None:
-        return {"ran": False, "notes": notes}
+        return {
+            "sides": {},
+            "regressions": [],
+            "groups": [],
+            "fixed_deviations": [],
+            "fixes": [],
+            "new": [],
+            "removed": [],
+            "unchanged": {},
+        }
     delta = leg.delta
     return {
-        "ran": True,
-        "notes": notes,
         "sides": sides_document(leg),
         **regressions_document(delta, leg.groups, leg.head),
         "fixed_deviations": delta.fixed_deviations,
@@ -240,3 +263,11 @@ def leg_document(leg: Leg | None, notes: list[str]) -> dict[str, Any]:
         "removed": delta.removed,
         "unchanged": delta.unchanged,
     }
+
+
+def leg_document(leg: Leg | None, notes: list[str]) -> dict[str, Any]:
+    """gate.json's engine leg: what the report says of it and, where it ran, its sides and
+    delta as the conformance leg's."""
+    if leg is None:
+        return {"ran": False, "notes": notes}
+    return {"ran": True, "notes": notes, **delta_document(leg)}

@@ -14,12 +14,14 @@ from __future__ import annotations
 import hashlib
 import re
 import subprocess
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.jobs.gate_report import Side
+from harness.jobs.gate_report import Side, compare
 from harness.jobs.report import TargetRun
-from harness.jobs.results import merge_groups
+from harness.jobs.results import TargetStatus, merge_groups
 from harness.jobs.scope import Scope, changed_functions, functions_of, innermost_function
 
 #: A hunk header of ``git diff -U0``: the base's first line and count, the head's.
@@ -143,3 +145,44 @@ def stage_notes(stage: FirstStage | None) -> list[str]:
         ]
     changed = "; ".join(f"{path}: {', '.join(names)}" for path, names in stage.functions.items())
     return [f"changed functions: {changed}"]
+
+
+def staged_sides(
+    both: Callable[..., tuple[Side, Side]],
+    stage: FirstStage,
+    notes: list[str],
+    out: Path,
+    first_stage_only: bool,
+) -> tuple[Side, Side]:
+    """The base and head sides over both stages: ``both(*pytest_args, stage_name=...)`` runs a
+    selection on both sides; stage one's verdict is printed as soon as it is known, and each
+    stage's note appended to ``notes``. ``first_stage_only``: stage two is not run."""
+    listed = str(stage.write(out / "stages"))
+    started = time.monotonic()
+    base, head = both("--checks-from", listed, stage_name="1")
+    first = compare(base.outcomes, head.outcomes)
+    if selected_none(head):  # the caller's selection holds none of them
+        notes.append(
+            f"stage 1: the pytest arguments select none of the {len(stage.ids)} checks "
+            "that executed them"
+        )
+    else:
+        notes.append(
+            f"stage 1: the {len(stage.ids)} checks that executed them, "
+            f"{len(first.regressions)} regression(s) "
+            f"({time.monotonic() - started:.0f} s; head {head.status}, base {base.status})"
+        )
+    print(f"gate: {notes[-1]}", flush=True)
+    if first_stage_only:
+        notes.append("stage 2 not run (--first-stage-only): a local verdict only")
+    elif selected_none(head):
+        base, head = both("--checks-not-from", listed, stage_name="2")
+        notes.append(f"stage 2: every check (head {head.status}, base {base.status})")
+    elif TargetStatus.COULD_NOT_RUN not in (head.status, base.status):
+        rest_base, rest_head = both("--checks-not-from", listed, stage_name="2")
+        if selected_none(rest_head):  # a pytest selection (-k) left nothing more
+            notes.append("stage 2: no other check selected")
+        else:
+            base, head = merged_side(base, rest_base), merged_side(head, rest_head)
+            notes.append(f"stage 2: every other check (head {head.status}, base {base.status})")
+    return base, head

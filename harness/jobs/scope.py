@@ -27,6 +27,10 @@ from harness import ROOT
 SCOPE_FILE = ROOT / "fixtures" / "gate_scope.json"
 #: How to measure it again.
 REFRESH = "nemotron-vl-scope --out fixtures/gate_scope.json"
+#: The engine leg's scope: what the engine and server checks run of the CPU build, in any of
+#: vLLM's processes, charged to the suites (:mod:`harness.mutation.scope_engine`).
+ENGINE_SCOPE_FILE = ROOT / "fixtures" / "gate_scope_engine.json"
+ENGINE_REFRESH = "nemotron-vl-scope --engine --out fixtures/gate_scope_engine.json"
 
 
 class ScopeError(ValueError):

@@ -6,6 +6,8 @@
 - ``reach``, ``reach_measure``: the score's scope, measured: which checks execute which lines;
 - ``scope``: the gate's scope, measured (``nemotron-vl-scope``): every function of vLLM the
   checks execute, with the checks that execute it;
+- ``scope_engine``: the engine leg's scope (``nemotron-vl-scope --engine``): every function of
+  the CPU build's vLLM the engine and server suites run, in any of vLLM's processes;
 - ``unreached``: why no check executes a line (``fixtures/unreached.toml``), joined with the map;
 - ``corpus``: the regression corpus (``fixtures/corpus.toml``) and the checks each mutant must
   fail;

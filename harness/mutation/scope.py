@@ -1,6 +1,7 @@
 """``nemotron-vl-scope``: measure the gate's scope, every function of vLLM this model's checks run.
 
     nemotron-vl-scope [--out fixtures/gate_scope.json] [--suites PATH ...]
+    nemotron-vl-scope --engine [--out fixtures/gate_scope_engine.json]
 
 The conformance suites run once against the installed vLLM (the ``vllm`` target) under
 coverage.py over vLLM's whole package, one coverage context per check and per model build (a
@@ -29,6 +30,7 @@ from pathlib import Path
 from harness import ROOT
 from harness.jobs.results import replace_text
 from harness.jobs.scope import (
+    ENGINE_SCOPE_FILE,
     REFRESH,
     SCOPE_FILE,
     FunctionReach,
@@ -120,17 +122,29 @@ def measure(out: Path, suites: tuple[str, ...]) -> Scope:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="nemotron-vl-scope", description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=SCOPE_FILE)
+    parser.add_argument("--out", type=Path, default=None, help="default: the table's own file")
     parser.add_argument("--suites", nargs="+", default=list(SUITES), metavar="PATH")
+    parser.add_argument(
+        "--engine",
+        action="store_true",
+        help="the engine leg's scope: the engine and server suites on the CPU build, every "
+        "process of vLLM measured (harness.mutation.scope_engine)",
+    )
     parser.add_argument("--in-this-process", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
+    out: Path = args.out or (ENGINE_SCOPE_FILE if args.engine else SCOPE_FILE)
     if args.in_this_process:
         os.environ.update(MEASURING_ENV)  # before torch is imported: it reads it once
-        return measure_here(args.out.resolve(), tuple(args.suites))
+        return measure_here(out.resolve(), tuple(args.suites))
     started = time.perf_counter()
     try:
-        scope = measure(args.out, tuple(args.suites))
+        if args.engine:
+            from harness.mutation.scope_engine import measure_engine
+
+            scope = measure_engine(out.resolve())
+        else:
+            scope = measure(out, tuple(args.suites))
     except ScopeError as e:
         print(f"nemotron-vl-scope: error: {e}", file=sys.stderr)
         return 2
@@ -138,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"[scope] vLLM {scope.vllm_version}: {counts['functions']} functions in "
         f"{counts['files']} files run by {counts['checks']} checks "
-        f"({time.perf_counter() - started:.0f} s): {args.out}"
+        f"({time.perf_counter() - started:.0f} s): {out}"
     )
     return 0
 

