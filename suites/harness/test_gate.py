@@ -104,20 +104,31 @@ def use_a_newer_helper(repo: Path) -> Change:
     return commit(repo, "use a newer helper"), ("-k", "pass_through_verbatim"), None
 
 
+def one_line_changed(
+    repo: Path, path: str, released: str, old: str, new: str, message: str
+) -> tuple[str, str]:
+    """``path`` committed as ``released``, then with its one line holding ``old`` changed to
+    ``new``: the two revisions."""
+    file = repo / path
+    file.parent.mkdir(parents=True, exist_ok=True)
+    file.write_text(released)
+    base = commit(repo, f"{path}, as released")
+    assert released.count(old) == 1, f"the released {path} changed: pick another line"
+    file.write_text(released.replace(old, new))
+    return base, commit(repo, message)
+
+
 def break_a_shared_file(repo: Path) -> Change:
     """vLLM's tensor schema, shared by every model, asks a field for its truth value instead of
     comparing it with None: the model's embeddings (tensors) fail validation."""
-    shared = repo / SHARED_FILE
-    shared.parent.mkdir(parents=True, exist_ok=True)
-    shared.write_text(installed_file(Path(SHARED_FILE)).read_text())
-    base = commit(repo, "the shared tensor schema, as released")
-    source = shared.read_text()
-    old = "if not hasattr(self, field_name) or getattr(self, field_name) is None:"
-    assert source.count(old) == 1, "the installed tensor_schema.py changed: pick another line"
-    shared.write_text(
-        source.replace(old, "if not hasattr(self, field_name) or not getattr(self, field_name):")
+    base, head = one_line_changed(
+        repo,
+        SHARED_FILE,
+        installed_file(Path(SHARED_FILE)).read_text(),
+        "if not hasattr(self, field_name) or getattr(self, field_name) is None:",
+        "if not hasattr(self, field_name) or not getattr(self, field_name):",
+        "tensor schema: a missing field by its truth value",
     )
-    head = commit(repo, "tensor schema: a missing field by its truth value")
     return head, ("-k", "pass_through_verbatim"), base
 
 
@@ -125,15 +136,15 @@ def break_the_language_models_activation(repo: Path) -> Change:
     """NemotronH's MLP takes ReLU instead of the configured squared ReLU: the language model's
     forward, which only the engine leg runs (the conformance suites stop at the multimodal
     embeddings), answers off the reference."""
-    nemotron_h = repo / NEMOTRON_H_FILE
-    nemotron_h.parent.mkdir(parents=True, exist_ok=True)
-    nemotron_h.write_text(installed_file(NEMOTRON_H_FILE).read_text())
-    base = commit(repo, "NemotronH, as released")
-    source = nemotron_h.read_text()
     old = "        self.act_fn = get_act_fn(hidden_act)\n"
-    assert source.count(old) == 1, "the installed nemotron_h.py changed: pick another line"
-    nemotron_h.write_text(source.replace(old, old.replace("hidden_act", '"relu"')))
-    head = commit(repo, "NemotronH: the MLP's activation by its default name")
+    base, head = one_line_changed(
+        repo,
+        NEMOTRON_H_FILE.as_posix(),
+        installed_file(NEMOTRON_H_FILE).read_text(),
+        old,
+        old.replace("hidden_act", '"relu"'),
+        "NemotronH: the MLP's activation by its default name",
+    )
     return head, ("-k", f"{LORA_LAYER_CHECK} or {ENGINE_TEXT_CHECK}"), base
 
 
@@ -149,15 +160,15 @@ def break_the_engines_log_probabilities(repo: Path) -> Change:
     python = engine_python()
     assert python is not None
     package, _ = cpu_build_package(str(python))
-    sampler = repo / ENGINE_ONLY_FILE
-    sampler.parent.mkdir(parents=True, exist_ok=True)
-    sampler.write_text((package.parent / ENGINE_ONLY_FILE).read_text())
-    base = commit(repo, "the sampler, as released")
-    source = sampler.read_text()
     old = "return logits.log_softmax(dim=-1, dtype=torch.float32)"
-    assert source.count(old) == 1, "the CPU build's sampler.py changed: pick another line"
-    sampler.write_text(source.replace(old, old.replace("dim=-1", "dim=0")))
-    head = commit(repo, "sampler: log-probabilities over the first dimension")
+    base, head = one_line_changed(
+        repo,
+        ENGINE_ONLY_FILE,
+        (package.parent / ENGINE_ONLY_FILE).read_text(),
+        old,
+        old.replace("dim=-1", "dim=0"),
+        "sampler: log-probabilities over the first dimension",
+    )
     return head, ("-k", ENGINE_TEXT_CHECK), base
 
 
