@@ -119,7 +119,7 @@ def run_target(
     (:attr:`TargetRuntime.suite_groups`), each in its own supervised processes, side by side,
     their results merged into the target's. Its processes are forked from ``fork_server`` if
     given."""
-    groups = target_groups(selector, groups)
+    groups = target_groups(selector, groups, extra)
     results_path = out_dir / f"results-{slug(selector)}.json"
     results_path.unlink(missing_ok=True)
     run_group = functools.partial(
@@ -166,12 +166,20 @@ def run_target(
     return TargetRun(selector, supervised.exit_status, results, supervised=supervised)
 
 
-def target_groups(selector: str, groups: int) -> int:
+def target_groups(selector: str, groups: int, extra: list[str]) -> int:
     """How many groups a target runs as, given ``groups``: one per suite for a target whose
     suites run as groups, where there is more than one core (its processes then bind to cores
-    of their own)."""
+    of their own), unless the pytest arguments ``extra`` name a path (pytest would add its
+    checks to each suite's process: they would run twice)."""
     runtime = runtime_of(selector)
-    if runtime.suite_groups and len(runtime.suites) > 1 and len(available_cores()) > 1:
+    # An option's value that is a path counts too: one group is the safe side of a guess.
+    names_a_path = any(not a.startswith("-") and (ROOT / a.split("::")[0]).exists() for a in extra)
+    if (
+        runtime.suite_groups
+        and len(runtime.suites) > 1
+        and len(available_cores()) > 1
+        and not names_a_path
+    ):
         return len(runtime.suites)
     return groups
 
@@ -315,7 +323,12 @@ def reuse_kept(
 
 
 def keep_clean_run(
-    kept: KeptOutcomes, options: dict[str, Any], run: TargetRun, out_dir: Path, groups: int
+    kept: KeptOutcomes,
+    options: dict[str, Any],
+    run: TargetRun,
+    out_dir: Path,
+    groups: int,
+    extra: list[str],
 ) -> None:
     """Keep a target's run for reuse if it is clean: complete, every check passed or failed as
     a known deviation, no incident and no restart, and every process recorded its imports."""
@@ -325,7 +338,7 @@ def keep_clean_run(
         return
     if run.supervised.incidents or run.supervised.restarts:
         return
-    groups = target_groups(run.selector, groups)
+    groups = target_groups(run.selector, groups, extra)
     parts = [None] if groups == 1 else [(k, groups) for k in range(1, groups + 1)]
     imported = read_imports(
         imports_path(out_dir / f"results-{process_name(run.selector, part)}.json") for part in parts
@@ -535,7 +548,7 @@ def main(argv: list[str] | None = None) -> int:
                 fork_server=servers.get(fork_kinds[selector] or ""),
             )
             if not interrupt:
-                keep_clean_run(kept, options[selector], done, out_dir, groups)
+                keep_clean_run(kept, options[selector], done, out_dir, groups, extra)
             return done
 
         # The targets' processes are independent: side by side they share the cores, and the

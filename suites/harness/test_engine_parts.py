@@ -253,3 +253,24 @@ def test_a_group_outside_its_count_or_no_core_is_refused_clearly() -> None:
         runtimes.group_cores((3, 2), [0, 1])
     with pytest.raises(ValueError, match="expected at least one core"):
         runtimes.group_cores((1, 2), [])
+
+
+def test_the_engine_targets_suites_run_as_groups_unless_a_path_is_named(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from harness.jobs import conformance
+
+    engine = runtimes.TargetRuntime("python", ("suites/engine", "suites/server"), None, True)
+    monkeypatch.setattr(conformance, "runtime_of", lambda selector: engine)
+    monkeypatch.setattr(conformance, "available_cores", lambda: [0, 1])
+    assert conformance.target_groups("vllm-engine", 1, []) == 2
+    assert conformance.target_groups("vllm-engine", 1, ["-k", "text"]) == 2
+    # A path pytest would add to each suite's process: its checks would run twice.
+    assert conformance.target_groups("vllm-engine", 1, ["suites/engine/test_forward.py"]) == 1
+    assert conformance.target_groups("vllm-engine", 3, ["suites/server::test_x"]) == 3
+    monkeypatch.setattr(conformance, "available_cores", lambda: [0])
+    assert conformance.target_groups("vllm-engine", 1, []) == 1  # one core: nothing to bind apart
+    components = runtimes.TargetRuntime("python", ("suites/conformance",), "vllm")
+    monkeypatch.setattr(conformance, "runtime_of", lambda selector: components)
+    monkeypatch.setattr(conformance, "available_cores", lambda: [0, 1])
+    assert conformance.target_groups("vllm", 2, []) == 2  # groups of modules, as asked
