@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import functools
 import importlib
 import math
@@ -66,6 +67,7 @@ from harness.jobs.results import (
 )
 from harness.jobs.runtimes import (
     CORES_BIND_ENV,
+    ENGINE_CHECK_TIMEOUT_S,
     ENGINE_TARGET,
     RuntimeMissing,
     engine_python,
@@ -182,6 +184,21 @@ def target_groups(selector: str, groups: int, extra: list[str]) -> int:
     ):
         return len(runtime.suites)
     return groups
+
+
+def target_limits(
+    targets: list[str], limits: Limits, *, caller_set_timeout: bool
+) -> dict[str, Limits]:
+    """Each target's limits: ``limits``, with the target's own check limit where it has one (the
+    engine target's checks start vLLM's processes) unless the caller set ``--check-timeout``."""
+    found = {}
+    for target in targets:
+        own = runtime_of(target).check_timeout_s
+        if own is None or caller_set_timeout:
+            found[target] = limits
+        else:
+            found[target] = dataclasses.replace(limits, check_timeout_s=own)
+    return found
 
 
 def available_cores() -> list[int]:
@@ -376,9 +393,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--check-timeout",
         type=float,
-        default=DEFAULT_CHECK_TIMEOUT_S,
+        default=None,
         metavar="SECONDS",
-        help=f"time limit of each check, set-up included (default: {DEFAULT_CHECK_TIMEOUT_S:g})",
+        help=f"time limit of each check, set-up included (default: {DEFAULT_CHECK_TIMEOUT_S:g}; "
+        f"the engine target's checks, which start vLLM's processes, {ENGINE_CHECK_TIMEOUT_S:g})",
     )
     parser.add_argument(
         "--memory-limit",
@@ -458,7 +476,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         limits = Limits(
-            args.check_timeout, args.memory_limit, args.max_restarts, args.derived_limit_factor
+            DEFAULT_CHECK_TIMEOUT_S if args.check_timeout is None else args.check_timeout,
+            args.memory_limit,
+            args.max_restarts,
+            args.derived_limit_factor,
         )
     except ValueError as e:
         option = {
@@ -496,9 +517,10 @@ def main(argv: list[str] | None = None) -> int:
     ).start()
     # A target run again (--rerun) still has its clean run kept, for the next main job.
     kept = KeptOutcomes.from_environment()
+    limits_of = target_limits(targets, limits, caller_set_timeout=args.check_timeout is not None)
     rerun = set(targets) if args.rerun == [] else set(args.rerun or [])
     options = {
-        t: {**options_key(t, args.device, extra, limits), "python": runtime_of(t).python}
+        t: {**options_key(t, args.device, extra, limits_of[t]), "python": runtime_of(t).python}
         for t in targets
     }
     reused = {
@@ -540,7 +562,7 @@ def main(argv: list[str] | None = None) -> int:
                 args.device,
                 out_dir,
                 extra,
-                limits,
+                limits_of[selector],
                 interrupt,
                 label,
                 groups,

@@ -43,6 +43,7 @@ run (a file that needs a newer vLLM than the installed one says so), a bad optio
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import json
 import os
@@ -77,6 +78,7 @@ from harness.jobs.gate_sides import (
 )
 from harness.jobs.gate_stages import plan_stages, stage_notes, staged_sides
 from harness.jobs.results import TargetStatus
+from harness.jobs.runtimes import ENGINE_CHECK_TIMEOUT_S
 from harness.jobs.scope import (
     ENGINE_REFRESH,
     ENGINE_SCOPE_FILE,
@@ -327,7 +329,12 @@ def main(argv: list[str] | None = None) -> int:
             engine_notes = ["not run: a side of the conformance leg could not run"]
         else:
             print(f"gate: {ENGINE_LEG_TITLE.lower()}", flush=True)
-            engine_run = functools.partial(run, leg=ENGINE_LEG, fork_server=None)
+            engine_run = functools.partial(
+                run,
+                leg=ENGINE_LEG,
+                fork_server=None,
+                limits=dataclasses.replace(limits, check_timeout_s=ENGINE_CHECK_TIMEOUT_S),
+            )
             engine, engine_notes = engine_leg(
                 lambda: run_both(
                     engine_run,

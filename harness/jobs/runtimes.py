@@ -46,6 +46,8 @@ class TargetRuntime:
     suites: tuple[str, ...]
     fork_kind: str | None
     suite_groups: bool = False
+    #: Its checks' time limit unless the caller sets one (None: the main job's default).
+    check_timeout_s: float | None = None
 
 
 def engine_python() -> Path | None:
@@ -61,6 +63,10 @@ def engine_python() -> Path | None:
     return python
 
 
+#: The engine target's check limit: its checks start vLLM's processes (an engine or a server, 16
+#: to 24 s alone; the slowest check, a server's first, took up to 124 s beside the other targets
+#: on 2 cores, measured), which a loaded or slower machine stretches.
+ENGINE_CHECK_TIMEOUT_S = 360.0
 #: The variable that binds the CPU build's workers to cores (vLLM's own; "auto" by default).
 CORES_BIND_ENV = "VLLM_CPU_OMP_THREADS_BIND"
 
@@ -99,6 +105,12 @@ def runtime_of(selector: str) -> TargetRuntime:
             # Its engines and its servers are independent, and most of their time is vLLM's
             # processes starting (two new Pythons importing vLLM per engine, three per server):
             # side by side on 2 cores both suites took 242 s, one after the other 380 s.
-            return TargetRuntime(str(python), ENGINE_SUITES, None, suite_groups=True)
+            return TargetRuntime(
+                str(python),
+                ENGINE_SUITES,
+                None,
+                suite_groups=True,
+                check_timeout_s=ENGINE_CHECK_TIMEOUT_S,
+            )
         return TargetRuntime(str(python), (CONFORMANCE_SUITE,), None)
     return TargetRuntime(sys.executable, (CONFORMANCE_SUITE,), kind_of(selector))

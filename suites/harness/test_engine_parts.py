@@ -274,3 +274,23 @@ def test_the_engine_targets_suites_run_as_groups_unless_a_path_is_named(
     monkeypatch.setattr(conformance, "runtime_of", lambda selector: components)
     monkeypatch.setattr(conformance, "available_cores", lambda: [0, 1])
     assert conformance.target_groups("vllm", 2, []) == 2  # groups of modules, as asked
+
+
+def test_the_engine_targets_checks_get_their_own_limit_unless_the_caller_sets_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from harness.jobs import conformance
+    from harness.jobs.supervisor import Limits
+
+    own = {
+        "vllm-engine": runtimes.TargetRuntime("python", ("suites/engine",), None, True, 360.0),
+        "vllm": runtimes.TargetRuntime("python", ("suites/conformance",), "vllm"),
+    }
+    monkeypatch.setattr(conformance, "runtime_of", own.__getitem__)
+    limits = Limits(check_timeout_s=180.0, memory_limit_gib=9.0)
+    found = conformance.target_limits(["vllm", "vllm-engine"], limits, caller_set_timeout=False)
+    assert found["vllm"] == limits
+    assert found["vllm-engine"] == Limits(check_timeout_s=360.0, memory_limit_gib=9.0)
+    set_by_caller = conformance.target_limits(["vllm-engine"], limits, caller_set_timeout=True)
+    assert set_by_caller["vllm-engine"] == limits
+    assert runtimes.ENGINE_CHECK_TIMEOUT_S > 2 * 124  # the slowest engine check measured, 124 s
