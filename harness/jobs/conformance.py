@@ -115,13 +115,14 @@ def run_target(
     groups: int = 1,
     cores: CoreShare | None = None,
     fork_server: ForkServer | None = None,
+    split_suites: bool = True,
 ) -> TargetRun:
     """One target's suites, supervised; with ``groups`` > 1, as that many groups of whole
     modules (``--check-group K/N``), or one group per suite for a target whose runtime says so
     (:attr:`TargetRuntime.suite_groups`), each in its own supervised processes, side by side,
     their results merged into the target's. Its processes are forked from ``fork_server`` if
-    given."""
-    groups = target_groups(selector, groups, extra)
+    given; ``split_suites`` False: groups of modules only (the caller's ``--groups``)."""
+    groups = target_groups(selector, groups, extra, split_suites)
     results_path = out_dir / f"results-{slug(selector)}.json"
     results_path.unlink(missing_ok=True)
     run_group = functools.partial(
@@ -168,16 +169,17 @@ def run_target(
     return TargetRun(selector, supervised.exit_status, results, supervised=supervised)
 
 
-def target_groups(selector: str, groups: int, extra: list[str]) -> int:
+def target_groups(selector: str, groups: int, extra: list[str], split_suites: bool = True) -> int:
     """How many groups a target runs as, given ``groups``: one per suite for a target whose
     suites run as groups, where there is more than one core (its processes then bind to cores
     of their own), unless the pytest arguments ``extra`` name a path (pytest would add its
-    checks to each suite's process: they would run twice)."""
+    checks to each suite's process: they would run twice) or ``split_suites`` is False."""
     runtime = runtime_of(selector)
     # An option's value that is a path counts too: one group is the safe side of a guess.
     names_a_path = any(not a.startswith("-") and (ROOT / a.split("::")[0]).exists() for a in extra)
     if (
-        runtime.suite_groups
+        split_suites
+        and runtime.suite_groups
         and len(runtime.suites) > 1
         and len(available_cores()) > 1
         and not names_a_path
@@ -346,6 +348,7 @@ def keep_clean_run(
     out_dir: Path,
     groups: int,
     extra: list[str],
+    split_suites: bool = True,
 ) -> None:
     """Keep a target's run for reuse if it is clean: complete, every check passed or failed as
     a known deviation, no incident and no restart, and every process recorded its imports."""
@@ -355,7 +358,7 @@ def keep_clean_run(
         return
     if run.supervised.incidents or run.supervised.restarts:
         return
-    groups = target_groups(run.selector, groups, extra)
+    groups = target_groups(run.selector, groups, extra, split_suites)
     parts = [None] if groups == 1 else [(k, groups) for k in range(1, groups + 1)]
     imported = read_imports(
         imports_path(out_dir / f"results-{process_name(run.selector, part)}.json") for part in parts
@@ -530,6 +533,7 @@ def main(argv: list[str] | None = None) -> int:
     cores = os.cpu_count() or 1
     jobs = args.jobs or max(1, min(len(to_run), cores))
     groups = args.groups or max(1, cores // jobs)
+    split = args.groups is None  # a --groups N given is every target's, the engine's too
     # Every target's processes, restarts included, read the checkpoint folders written once,
     # and are forked from a server that imported torch (and vLLM) once.
     # Not on CUDA: forking a process that may have touched the device is not supported there.
@@ -568,9 +572,10 @@ def main(argv: list[str] | None = None) -> int:
                 groups,
                 cores=cores_share,
                 fork_server=servers.get(fork_kinds[selector] or ""),
+                split_suites=split,
             )
             if not interrupt:
-                keep_clean_run(kept, options[selector], done, out_dir, groups, extra)
+                keep_clean_run(kept, options[selector], done, out_dir, groups, extra, split)
             return done
 
         # The targets' processes are independent: side by side they share the cores, and the

@@ -268,6 +268,7 @@ def test_the_engine_targets_suites_run_as_groups_unless_a_path_is_named(
     # A path pytest would add to each suite's process: its checks would run twice.
     assert conformance.target_groups("vllm-engine", 1, ["suites/engine/test_forward.py"]) == 1
     assert conformance.target_groups("vllm-engine", 3, ["suites/server::test_x"]) == 3
+    assert conformance.target_groups("vllm-engine", 1, [], split_suites=False) == 1  # --groups 1
     monkeypatch.setattr(conformance, "available_cores", lambda: [0])
     assert conformance.target_groups("vllm-engine", 1, []) == 1  # one core: nothing to bind apart
     components = runtimes.TargetRuntime("python", ("suites/conformance",), "vllm")
