@@ -70,6 +70,7 @@ from harness.jobs.runtimes import (
     ENGINE_CHECK_TIMEOUT_S,
     ENGINE_TARGET,
     RuntimeMissing,
+    available_cores,
     engine_python,
     group_cores,
     runtime_of,
@@ -201,11 +202,6 @@ def target_limits(
         else:
             found[target] = dataclasses.replace(limits, check_timeout_s=own)
     return found
-
-
-def available_cores() -> list[int]:
-    """The cores this process may run on."""
-    return sorted(os.sched_getaffinity(0))
 
 
 def merge_junit(parts: list[Path], out: Path) -> None:

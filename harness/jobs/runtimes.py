@@ -71,6 +71,11 @@ ENGINE_CHECK_TIMEOUT_S = 360.0
 CORES_BIND_ENV = "VLLM_CPU_OMP_THREADS_BIND"
 
 
+def available_cores() -> list[int]:
+    """The cores this process may run on."""
+    return sorted(os.sched_getaffinity(0))
+
+
 def group_cores(group: tuple[int, int], cores: list[int]) -> str:
     """The cores group ``K/N`` binds its vLLM workers to, in ``VLLM_CPU_OMP_THREADS_BIND``'s
     terms: the K-th of N contiguous shares of ``cores`` (vLLM's "auto" binds every engine's

@@ -25,11 +25,13 @@ import time
 from pathlib import Path
 
 from harness import ROOT
+from harness.jobs.processes import kill_group
 from harness.jobs.results import replace_text
 from harness.jobs.runtimes import (
     CORES_BIND_ENV,
     ENGINE_SUITES,
     ENGINE_TARGET,
+    available_cores,
     engine_python,
     group_cores,
 )
@@ -43,6 +45,8 @@ from harness.jobs.scope import (
 )
 from harness.mutation.reach import MEASURING_ENV
 
+#: How long one suite may take under coverage (306 s measured for both side by side on 2 cores).
+SUITE_LIMIT_S = 3600.0
 #: A file of each of vLLM's processes the suites start: a table without one lost that
 #: process's data (the engine core's scheduler, the worker's model runner, the front end, the
 #: server's chat handling).
@@ -92,8 +96,10 @@ def _coverage_config(folder: Path, package: Path) -> Path:
 
 def _run_suites(python: str, package: Path, scratch: Path) -> dict[str, Path]:
     """Each suite under coverage in processes of its own, side by side, their vLLM workers bound
-    apart as the main job binds them; each suite's data folder."""
-    cores = sorted(os.sched_getaffinity(0))
+    apart as the main job binds them; each suite's data folder. Each runs in a session of its
+    own, stopped whole (vLLM's engines and servers with it) past :data:`SUITE_LIMIT_S` or when
+    the measurement fails."""
+    cores = available_cores()
     running: list[tuple[str, subprocess.Popen[bytes], Path]] = []
     folders: dict[str, Path] = {}
     for k, suite in enumerate(ENGINE_SUITES, 1):
@@ -113,14 +119,25 @@ def _run_suites(python: str, package: Path, scratch: Path) -> dict[str, Path]:
         print(f"[scope] {' '.join(command)}", flush=True)
         log = folder / "pytest.log"
         with log.open("w") as out:
-            process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=out, stderr=out)
+            process = subprocess.Popen(
+                command, cwd=ROOT, env=env, stdout=out, stderr=out, start_new_session=True
+            )
         running.append((suite, process, log))
         folders[suite] = folder
     failed = []
-    for suite, process, log in running:
-        status = process.wait()
-        if status not in (0, 1):  # 1: a check failed, which the scope does not depend on
-            failed.append(f"{suite}: pytest exited {status}: {log.read_text()[-1500:]}")
+    deadline = time.monotonic() + SUITE_LIMIT_S
+    try:
+        for suite, process, log in running:
+            try:
+                status = process.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                failed.append(f"{suite}: still running after {SUITE_LIMIT_S:g} s, stopped")
+                continue
+            if status not in (0, 1):  # 1: a check failed, which the scope does not depend on
+                failed.append(f"{suite}: pytest exited {status}: {log.read_text()[-1500:]}")
+    finally:
+        for _, process, _ in running:
+            kill_group(process)  # its leftovers too (an engine outliving its pytest)
     if failed:
         raise ScopeError("measuring the engine leg's scope failed: " + "; ".join(failed))
     return folders

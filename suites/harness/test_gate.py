@@ -27,6 +27,12 @@ from harness.mutation.scope_engine import cpu_build_package
 from suites.harness.helpers import ROOT, needs_vllm, one_thread_env, selected_tests, two_at_a_time
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow, needs_vllm]
+#: The engine leg's tests: they need the CPU build's environment.
+needs_engine_environment = pytest.mark.skipif(
+    engine_python() is None,
+    reason="no environment with vLLM's CPU build (.nox/engine, built by nox): the engine leg "
+    "cannot run",
+)
 
 PASSTHROUGH = "suites/conformance/test_passthrough.py::"
 
@@ -331,11 +337,7 @@ def test_a_shared_file_the_checks_run_is_gated_and_grouped(gate_runs):
     assert largest["count"] == len(report["regressions"])
 
 
-@pytest.mark.skipif(
-    engine_python() is None,
-    reason="no environment with vLLM's CPU build (.nox/engine, built by nox): the engine leg "
-    "cannot run",
-)
+@needs_engine_environment
 def test_the_engine_leg_judges_the_change_where_users_serve_it(gate_runs):
     """The engine leg runs the change's files in vLLM's engine on the CPU build: a bug in the
     language model's forward, which the conformance leg cannot see, is its regression, grouped
@@ -365,11 +367,7 @@ def test_the_engine_leg_judges_the_change_where_users_serve_it(gate_runs):
     assert "### Regressions (1) in 1 group(s) by cause" in engine_part
 
 
-@pytest.mark.skipif(
-    engine_python() is None,
-    reason="no environment with vLLM's CPU build (.nox/engine, built by nox): the engine leg "
-    "cannot run",
-)
+@needs_engine_environment
 def test_a_file_only_the_engine_runs_is_gated_by_the_engine_leg_alone(gate_runs):
     """A change to vLLM's sampler, which the engine leg's measured scope holds and the
     conformance checks never run: gated, the conformance leg left out saying why, the engine
