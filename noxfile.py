@@ -433,7 +433,7 @@ def calibrate(session: nox.Session) -> None:
     weights and media, written to fixtures/calibration/parity.json, then the bounds judged on
     20 weight seeds the calibration never saw: reports/calibration.md (about 10 min on 2 cores);
     then the engine's log-probability bounds (the CPU build's engine against the reference's
-    language model): fixtures/calibration/engine.json.
+    language model): this CPU family's fixtures/calibration/engine/<family>.json.
 
     Arguments after `--` go to `nemotron-vl-calibrate`, e.g. `-- --target vllm-file:PATH`.
     """

@@ -6,9 +6,12 @@ For each weight seed, each checkpoint variant an engine path needs (static tiles
 resolution; T = 2; EVS) is written and served by vLLM's engine (``vllm.LLM``, bf16, the CPU
 build), and requests drawn per path (:mod:`harness.inputs.drawn`, and drawn text for ``text``)
 are compared with the fp32 reference (:mod:`harness.oracles.engine_bounds` says what each
-comparison measures). ``--write`` writes the table the checks read
-(:data:`~harness.oracles.engine_bounds.ENGINE_CALIBRATION_TABLE`); the bounds it gives are
-printed either way. Runs in the engine's environment (``.nox/engine``: ``nox -s calibrate``).
+comparison measures). The table records the machine it was measured on (its CPU family,
+torch's capability, AMX, the path vLLM's CPU attention takes). ``--write`` writes it as this
+family's file of :data:`~harness.oracles.engine_bounds.ENGINE_CALIBRATION_DIR`; either way the
+command prints the bounds derived from every family's table with this one in place, and the
+samples of this machine above the committed bounds (what its checks would fail on). Runs in the
+engine's environment (``.nox/engine``: ``nox -s calibrate``).
 """
 
 from __future__ import annotations
@@ -29,7 +32,15 @@ from harness.checkpoints.spec import ModelSpec
 from harness.inputs.catalogue import DYNAMIC, EVS_T1, STATIC, TEMPORAL_2
 from harness.inputs.drawn import DRAWN_PATHS
 from harness.inputs.requests import Request
-from harness.oracles.engine_bounds import ENGINE_CALIBRATION_TABLE, ENGINE_COMPARISONS, EngineTable
+from harness.oracles.engine_bounds import (
+    ENGINE_CALIBRATION_DIR,
+    ENGINE_COMPARISONS,
+    SCHEDULED_PATHS,
+    EngineCalibration,
+    EngineTable,
+    committed_calibration,
+    replay,
+)
 from harness.oracles.language_model import ReferenceLanguageModel
 from harness.targets.engine.engine import Engine
 from harness.targets.engine.options import (
@@ -44,7 +55,7 @@ from harness.targets.engine.target import engine_spec
 
 #: Each engine variant and the paths it serves.
 VARIANTS: dict[str, tuple[ModelSpec, tuple[str, ...]]] = {
-    "static": (STATIC, ("text", "image-static", "video-t1", "audio-hop-160", "audio-in-video")),
+    "static": (STATIC, SCHEDULED_PATHS),
     "dynamic": (DYNAMIC, ("image-dynamic",)),
     "t2": (TEMPORAL_2, ("video-t2",)),
     "evs": (EVS_T1, ("video-evs",)),
@@ -110,23 +121,24 @@ def scheduled_differences(
     requests: Sequence[tuple[str, Request]],
     whole: Sequence[EngineOutput],
     sampling: Sampling,
-) -> list[float]:
+) -> list[tuple[str, float]]:
     """The requests that fit its context on the scheduling engine (:data:`SCHEDULED_OPTIONS`),
     alone against prefilled in one step (``whole``), then in one batch (which preempts) against
-    alone there."""
+    alone there: each difference with its request's path."""
     engine = Engine.build(folder, SCHEDULED_OPTIONS.for_spec(spec))
     try:
         fits = [
-            (request, one)
-            for (_, request), one in zip(requests, whole, strict=True)
+            (path, request, one)
+            for (path, request), one in zip(requests, whole, strict=True)
             if len(one.prompt_token_ids) + DECODED < SCHEDULED_OPTIONS.max_model_len
         ]
-        alone = [engine.generate([engine_prompt(r)], sampling)[0] for r, _ in fits]
-        found = answer_differences([one for _, one in fits], alone)
+        paths = [path for path, _, _ in fits]
+        alone = [engine.generate([engine_prompt(r)], sampling)[0] for _, r, _ in fits]
+        found = answer_differences([one for _, _, one in fits], alone)
         with engine.counted() as counted:
-            batched = engine.generate([engine_prompt(r) for r, _ in fits], sampling)
+            batched = engine.generate([engine_prompt(r) for _, r, _ in fits], sampling)
         print(f"  scheduled: {len(fits)} requests, {counted['vllm:num_preemptions']:g} preemptions")
-        return found + answer_differences(alone, batched)
+        return list(zip(paths + paths, found + answer_differences(alone, batched), strict=True))
     finally:
         engine.shutdown()
 
@@ -171,9 +183,10 @@ def measure(seeds: Sequence[int], draws: int, log: bool = True) -> dict[str, lis
                 batched = engine.generate([engine_prompt(r) for _, r in requests], sampling)
                 samples["batched-vs-alone"] += answer_differences(alone, batched)
                 if variant == "static":
-                    samples["chunked-vs-whole"] += scheduled_differences(
+                    for path, difference in scheduled_differences(
                         folder, spec, requests, alone, sampling
-                    )
+                    ):
+                        samples[f"chunked-vs-whole | {path}"].append(difference)
                 if log:
                     print(
                         f"seed {weight_seed} {variant}: {len(requests)} requests, built in "
@@ -200,7 +213,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=_seeds, default=[0, 1, 2, 3], help="weight seeds, A-B")
     parser.add_argument("--draws", type=int, default=5, help="requests per path and seed")
-    parser.add_argument("--write", action="store_true", help=f"write {ENGINE_CALIBRATION_TABLE}")
+    parser.add_argument(
+        "--write",
+        action="store_true",
+        help=f"write this family's table, {ENGINE_CALIBRATION_DIR}/<family>.json",
+    )
     parser.add_argument("--out", type=Path, help="write the table here instead")
     args = parser.parse_args(argv)
     if args.draws < 1:
@@ -217,15 +234,42 @@ def main(argv: list[str] | None = None) -> int:
         "decoded": DECODED,
         "seconds": round(time.perf_counter() - start, 1),
     }
-    table = EngineTable(about, samples)
-    for comparison in ENGINE_COMPARISONS:
-        bound = table.bound(comparison)
-        print(f"{comparison}: {bound.value:.4g} nats ({bound.method})")
-    out = args.out or (ENGINE_CALIBRATION_TABLE if args.write else None)
+    machine = measured_machine()
+    table = EngineTable(about, machine, samples)
+    print_bounds(table)
+    out = args.out or (ENGINE_CALIBRATION_DIR / f"{machine['family']}.json" if args.write else None)
     if out is not None:
-        out.write_text(json.dumps({"about": about, "samples": samples}, indent=1) + "\n")
+        document = {"about": about, "machine": machine, "samples": samples}
+        out.write_text(json.dumps(document, indent=1) + "\n")
         print(f"wrote {out}")
     return 0
+
+
+def measured_machine() -> dict[str, object]:
+    """This machine as the table records it: :func:`harness.machine.cpu_description`, and the
+    path vLLM's CPU attention takes for bf16 with the KV blocks this model gets (a multiple of
+    32)."""
+    import torch
+    from vllm.v1.attention.backends import cpu_attn
+
+    from harness.machine import cpu_description
+
+    return {**cpu_description(), "attention": cpu_attn._get_attn_isa(torch.bfloat16, 32)}
+
+
+def print_bounds(table: EngineTable) -> None:
+    """The bounds every family's tables give with ``table`` in its family's place, and which of
+    ``table``'s samples the committed bounds would fail."""
+    others = tuple(t for t in committed_calibration().tables if t.family != table.family)
+    calibration = EngineCalibration((*others, table))
+    for comparison in ENGINE_COMPARISONS:
+        bound = calibration.bound(comparison)
+        print(f"{comparison}: {bound.value:.4g} nats ({bound.method})")
+    exceeded = replay(committed_calibration(), table)
+    print(
+        f"{table.family}: {len(exceeded)} samples above the committed bounds"
+        + "".join(f"\n  {e.comparison}: {e.sample:.4g} > {e.bound:.4g}" for e in exceeded)
+    )
 
 
 if __name__ == "__main__":

@@ -27,6 +27,8 @@ from harness.jobs.results import (
     TargetStatus,
 )
 from harness.jobs.supervisor import Supervised
+from harness.machine import cpu_family
+from harness.oracles.engine_bounds import bounds_table, committed_calibration
 from harness.runs_on import RUNS_ON
 
 SHORT_PREFIX = "suites/conformance/"
@@ -304,6 +306,7 @@ def render_markdown(report: Report) -> str:
     lines += covered_space_section(ROOT / "reports")
     lines += _self_consistency_section(report)
     lines += _reach_section(targets) + _measured_section(targets)
+    lines += _engine_bounds_section(targets)
     lines += ["", "Files under test:", ""]
     for t in targets:
         for path, digest in ((t["identity"] or {}).get("files") or {}).items():
@@ -605,6 +608,21 @@ def _measured_section(targets: list[dict[str, Any]]) -> list[str]:
             if kind in by_kind:
                 lines += ["", heading.format(f"`{t['selector']}`"), "", *render(by_kind[kind])]
     return lines
+
+
+def _engine_bounds_section(targets: list[dict[str, Any]]) -> list[str]:
+    """The bounds the engine checks judged by, and the CPU families they were calibrated on,
+    where an engine target ran."""
+    if not any(t["selector"].startswith("vllm-engine") for t in targets):
+        return []
+    calibration = committed_calibration()
+    return [
+        "",
+        "The engine's log-probability bounds (harness.oracles.engine_bounds), one per "
+        "comparison, derived from every CPU family's calibration at once:",
+        "",
+        *bounds_table(calibration, cpu_family()),
+    ]
 
 
 def _bounds_lines(entries: list[tuple[str, str, dict[str, Any]]]) -> list[str]:

@@ -41,10 +41,7 @@ derived from a cell's samples by :func:`derive_bound`:
 from __future__ import annotations
 
 import functools
-import json
-import math
-import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -53,19 +50,30 @@ import torch
 
 from harness import ROOT
 from harness.checkpoints.spec import ModelSpec
+from harness.oracles.derivation import (
+    FALSE_FAILURE_PER_COMPARISON,
+    MARGIN_OVER_MAX,
+    MIN_SAMPLES,
+    Bound,
+    derive_bound,
+    read_json_table,
+)
 from harness.oracles.parity import rounding_ceiling
+
+__all__ = [
+    "FALSE_FAILURE_PER_COMPARISON",
+    "MARGIN_OVER_MAX",
+    "MIN_SAMPLES",
+    "Bound",
+    "derive_bound",
+    "read_json_table",
+]
 
 #: The committed calibration: ``nemotron-vl-calibrate`` writes it.
 CALIBRATION_TABLE = ROOT / "fixtures" / "calibration" / "parity.json"
 Statistic = Literal["global", "row", "channel"]
 #: The ways an item's error is measured (see the module docstring).
 STATISTICS: tuple[Statistic, ...] = ("global", "row", "channel")
-#: The chance that one comparison of an honest implementation exceeds its fitted bound.
-FALSE_FAILURE_PER_COMPARISON = 1e-6
-#: A bound is at least this many times the largest calibration sample.
-MARGIN_OVER_MAX = 1.5
-#: Fewer samples than this and a cell keeps the analytic ceiling.
-MIN_SAMPLES = 20
 
 #: Every parity path, with what its rows go through.
 PARITY_PATHS: dict[str, str] = {
@@ -133,43 +141,6 @@ def dtype_name(dtype: torch.dtype) -> str:
 def cell_key(path: str, served: str, saved: str) -> str:
     """A cell's key in the table: ``path | served-<dtype> | saved-<dtype>``."""
     return f"{path} | served-{served} | saved-{saved}"
-
-
-@dataclass(frozen=True)
-class Bound:
-    """One statistic's bound for one cell, with how it was derived."""
-
-    value: float
-    method: str
-    samples: int = 0
-    largest_sample: float | None = None
-
-
-def derive_bound(samples: Sequence[float], ceiling: float) -> Bound:
-    """The bound of a cell's ``samples`` of one statistic (the module docstring's method)."""
-    n = len(samples)
-    if n < MIN_SAMPLES:
-        return Bound(
-            ceiling,
-            f"analytic ceiling {ceiling:.3g} ({n} samples, at least {MIN_SAMPLES} to derive one)",
-            n,
-            max(samples) if samples else None,
-        )
-    logs = [math.log(max(x, 1e-30)) for x in samples]
-    mu, sigma = statistics.fmean(logs), statistics.stdev(logs)
-    z = statistics.NormalDist().inv_cdf(1 - FALSE_FAILURE_PER_COMPARISON)
-    fitted = math.exp(mu + z * sigma)
-    largest = max(samples)
-    floor = MARGIN_OVER_MAX * largest
-    derived = max(fitted, floor)
-    how = (
-        f"log-normal fit of {n} samples (median {math.exp(mu):.3g}, geometric sd "
-        f"x{math.exp(sigma):.3g}) at 1 - {FALSE_FAILURE_PER_COMPARISON:g}: {fitted:.3g}; "
-        f"{MARGIN_OVER_MAX:g} x the largest sample: {floor:.3g}"
-    )
-    if derived > ceiling:
-        return Bound(ceiling, f"{how}; capped at the analytic ceiling {ceiling:.3g}", n, largest)
-    return Bound(derived, how, n, largest)
 
 
 @dataclass(frozen=True)
@@ -260,19 +231,6 @@ def parse_table(data: object, where: str) -> CalibrationTable:
     ):
         raise _field_error(where, "not_calibrated", "an object of reasons", not_calibrated)
     return CalibrationTable(dict(about), samples, dict(not_calibrated))
-
-
-def read_json_table(path: Path, what: str, command: str) -> object:
-    """The JSON of the calibration table ``what`` at ``path``; a missing file names the
-    ``command`` that writes it."""
-    try:
-        return json.loads(path.read_text())
-    except FileNotFoundError:
-        raise FileNotFoundError(
-            f"{what}: expected a file at {path}; run {command} (nox -s calibrate) to write one"
-        ) from None
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{path}: expected JSON, got a parse error: {e}") from e
 
 
 def read_table(path: Path) -> CalibrationTable:

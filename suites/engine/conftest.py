@@ -38,6 +38,18 @@ SCHEDULED = SCHEDULED_OPTIONS
 CHUNK = 64
 #: A prompt with no media (the server's checks send it too).
 TEXT = API_TEXT
+#: Each form on the default variant and the paths its media take, whose bounds judge it (a form
+#: with several paths takes the widest of its paths'; given embeddings are the text path's).
+FORM_PATHS: dict[str, tuple[str, ...]] = {
+    "text": ("text",),
+    "images-pil": ("image-static",),
+    "video-t1": ("video-t1",),
+    "audios": ("audio-hop-160",),
+    "mixed": ("image-static", "video-t1", "audio-hop-160"),
+    "video-audio-in-video": ("video-t1", "audio-in-video"),
+    "image-embeds-stacked": ("text",),
+    "video-embeds-list": ("text",),
+}
 
 
 def form_request(form: str) -> tuple[ModelSpec, Request]:

@@ -2,7 +2,8 @@
 and so does every request of a batch whose KV cache is too small to hold them all at once (the
 scheduler preempts and recomputes). Both sides are the same engine's: the check compares it
 with itself within the measured ``batched-vs-alone`` bound, and the preempted batch within
-``chunked-vs-whole`` (a preempted request's prefill is computed again, split anew)."""
+``chunked-vs-whole`` of each request's paths (a preempted request's prefill is computed again,
+split anew)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pytest
 
 from harness.inputs.requests import Request
 from harness.oracles.decoding import compare_answers
-from harness.oracles.engine_bounds import engine_bound
+from harness.oracles.engine_bounds import engine_bound, engine_path_bound
 from harness.targets.engine import (
     DEFAULT_OPTIONS,
     ENGINE_SPEC,
@@ -18,7 +19,14 @@ from harness.targets.engine import (
     EngineOutput,
     engine_prompt,
 )
-from suites.engine.conftest import SAMPLING, SCHEDULED, Measure, Served, form_request
+from suites.engine.conftest import (
+    FORM_PATHS,
+    SAMPLING,
+    SCHEDULED,
+    Measure,
+    Served,
+    form_request,
+)
 
 pytestmark = pytest.mark.concern("engine")
 
@@ -45,11 +53,17 @@ def _check_batch(
     names = list(BATCH) + [f"long text {k}" for k in range(len(extra))]
     alone = [served.answer(form, options) for form in BATCH]
     alone += [engine.generate([engine_prompt(r)], SAMPLING)[0] for r in extra]
+    paths = [FORM_PATHS[form] for form in BATCH] + [FORM_PATHS["text"]] * len(extra)
     answers = engine.generate([engine_prompt(r) for r in requests], SAMPLING)
-    bound = engine_bound(comparison).value
+    bounds = [
+        engine_path_bound(comparison, p).value
+        if comparison == "chunked-vs-whole"
+        else engine_bound(comparison).value
+        for p in paths
+    ]
     largest = 0.0
     problems = []
-    for name, one, answer in zip(names, alone, answers, strict=True):
+    for name, one, answer, bound in zip(names, alone, answers, bounds, strict=True):
         difference, found = compare_answers(one, answer, bound)
         largest = max(largest, difference)
         problems += [f"{name}: {p}" for p in found]
@@ -57,7 +71,7 @@ def _check_batch(
         "batch",
         {
             "largest_logprob_difference": largest,
-            "bound": bound,
+            "bound": max(bounds),
             "preemptions": sum(a.preemptions for a in answers),
         },
     )

@@ -3,9 +3,9 @@ caching and 64-token chunks (:data:`~suites.engine.conftest.SCHEDULED`): a long 
 prefilled in chunks (boundaries inside and between placeholder runs), a repeated request read
 from the prefix cache, two different images of one size kept apart; and repeated media from the
 processor cache of the plain engine. Each compares the engine with itself (the same request
-served without the cache or the chunking), within the measured ``chunked-vs-whole`` bound (a
-chunk or a cache hit changes the shapes the kernels see, and Mamba's state is carried across
-it), or ``batched-vs-alone`` where nothing is split."""
+served without the cache or the chunking), within the measured ``chunked-vs-whole`` bound of
+the request's paths (a chunk or a cache hit changes the shapes the kernels see, and Mamba's
+state is carried across it), or ``batched-vs-alone`` where nothing is split."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pytest
 from harness.inputs.media import pil_image
 from harness.inputs.requests import Request
 from harness.oracles.decoding import compare_answers
-from harness.oracles.engine_bounds import engine_bound
+from harness.oracles.engine_bounds import engine_bound, engine_path_bound
 from harness.targets.engine import (
     DEFAULT_OPTIONS,
     ENGINE_SPEC,
@@ -23,7 +23,15 @@ from harness.targets.engine import (
     Sampling,
     engine_prompt,
 )
-from suites.engine.conftest import CHUNK, DECODED, SCHEDULED, Measure, Served, form_request
+from suites.engine.conftest import (
+    CHUNK,
+    DECODED,
+    FORM_PATHS,
+    SCHEDULED,
+    Measure,
+    Served,
+    form_request,
+)
 
 pytestmark = pytest.mark.concern("engine")
 
@@ -37,9 +45,10 @@ FROM_THE_CACHE = Sampling(
 )
 
 
-def split() -> float:
-    """The bound of a prefill the scheduler split against one in one step."""
-    return engine_bound("chunked-vs-whole").value
+def split(paths: tuple[str, ...]) -> float:
+    """The bound of a prefill the scheduler split against one in one step, for a request whose
+    media take ``paths``."""
+    return engine_path_bound("chunked-vs-whole", paths).value
 
 
 #: Each form and where its chunk boundaries fall: inside placeholder runs (a video's frames cut
@@ -63,10 +72,15 @@ def test_chunked_prefill_equals_unchunked_serving(
         assert found[where], f"{form}: the check needs a chunk boundary {where} placeholder runs"
     whole = served.answer(form)
     chunked = served.answer(form, SCHEDULED)
-    largest, problems = compare_answers(whole, chunked, split())
+    bound = split(FORM_PATHS[form])
+    largest, problems = compare_answers(whole, chunked, bound)
     measure(
         "chunked prefill",
-        {"largest_logprob_difference": largest, "boundaries_inside_runs": len(inside)},
+        {
+            "largest_logprob_difference": largest,
+            "bound": bound,
+            "boundaries_inside_runs": len(inside),
+        },
     )
     assert not problems, f"{form} prefilled in chunks of {CHUNK}: " + "; ".join(problems)
 
@@ -88,7 +102,7 @@ def test_a_repeated_request_is_read_from_the_prefix_cache_and_answers_the_same(
     assert first.num_cached_tokens == 0, "the first request found a cache already filled"
     assert again.num_cached_tokens > 0, f"the repeated request read no prefix cache ({counted})"
     assert counted["vllm:prefix_cache_hits"] > 0, f"no prefix-cache hit counted ({counted})"
-    _largest, problems = compare_answers(first, again, split())
+    _largest, problems = compare_answers(first, again, split(FORM_PATHS["mixed"]))
     assert not problems, "the request read from the prefix cache: " + "; ".join(problems)
 
 
@@ -120,7 +134,7 @@ def test_two_images_of_one_size_are_kept_apart_by_the_caches(
         f"{text_before_the_image} tokens of text before its image: the first image's cache"
     )
     assert counted["vllm:mm_cache_hits"] == 0, "the second image was served from the first's cache"
-    _, problems = compare_answers(fresh, answer, split())
+    _, problems = compare_answers(fresh, answer, split(FORM_PATHS["images-pil"]))
     assert not problems, "the second image, after the first: " + "; ".join(problems)
     assert other.token_logprobs != answer.token_logprobs, (
         "the two images' answers are the same: the check cannot tell them apart"
@@ -170,7 +184,7 @@ def test_a_prompt_longer_than_a_block_is_served_under_prefix_caching(
     whole = plain.generate([engine_prompt(LONG_PROMPT)], NOT_FROM_THE_CACHE)[0]
     cached = served.target.engine(ENGINE_SPEC, PREFIX_CACHING)
     answer = cached.generate([engine_prompt(LONG_PROMPT)], NOT_FROM_THE_CACHE)[0]
-    largest, problems = compare_answers(whole, answer, split())
+    largest, problems = compare_answers(whole, answer, split(FORM_PATHS["text"]))
     measure(
         "long prompt",
         {"prompt_tokens": len(answer.prompt_token_ids), "largest_logprob_difference": largest},

@@ -13,22 +13,9 @@ import pytest
 
 from harness.oracles.decoding import greedy_agreement
 from harness.oracles.engine_bounds import engine_bound
-from suites.engine.conftest import Measure, Served
+from suites.engine.conftest import FORM_PATHS, Measure, Served
 
 pytestmark = pytest.mark.concern("engine")
-
-#: Each form on the default variant and the path whose bound its log-probabilities take (a form
-#: with several paths takes the widest of its paths'; given embeddings are the text path's).
-FORMS: dict[str, tuple[str, ...]] = {
-    "text": ("text",),
-    "images-pil": ("image-static",),
-    "video-t1": ("video-t1",),
-    "audios": ("audio-hop-160",),
-    "mixed": ("image-static", "video-t1", "audio-hop-160"),
-    "video-audio-in-video": ("video-t1", "audio-in-video"),
-    "image-embeds-stacked": ("text",),
-    "video-embeds-list": ("text",),
-}
 
 
 def logprob_bound(paths: tuple[str, ...], statistic: str = "reference") -> float:
@@ -98,14 +85,14 @@ def check_greedy(served: Served, form: str, paths: tuple[str, ...], measure: Mea
     )
 
 
-@pytest.mark.parametrize(("form", "paths"), list(FORMS.items()), ids=list(FORMS))
+@pytest.mark.parametrize(("form", "paths"), list(FORM_PATHS.items()), ids=list(FORM_PATHS))
 def test_prompt_logprobs_match_the_reference(
     served: Served, form: str, paths: tuple[str, ...], measure: Measure
 ) -> None:
     check_prompt_logprobs(served, form, paths, measure)
 
 
-@pytest.mark.parametrize(("form", "paths"), list(FORMS.items()), ids=list(FORMS))
+@pytest.mark.parametrize(("form", "paths"), list(FORM_PATHS.items()), ids=list(FORM_PATHS))
 def test_greedy_decoding_matches_the_reference(
     served: Served, form: str, paths: tuple[str, ...], measure: Measure
 ) -> None:

@@ -1,6 +1,6 @@
 """The engine target's parts that need no engine: options and their flags, the tie-aware
-greedy comparison, comparing two answers, the calibration table's reader, where each target's
-checks run."""
+greedy comparison, comparing two answers, where each target's checks run (the bounds:
+``test_engine_bounds``)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,6 @@ import pytest
 
 from harness.jobs import runtimes
 from harness.oracles.decoding import compare_answers, greedy_agreement
-from harness.oracles.engine_bounds import LOGPROB_CEILING, LOGPROB_FLOOR, parse_engine_table
 from harness.targets.engine.options import EngineOptions, Sampling
 
 
@@ -100,37 +99,6 @@ def test_compare_answers_within_the_bound_and_at_ties() -> None:
     assert compare_answers(Answer(), Answer(prompt_token_ids=[1, 2]), 0.01)[0] == math.inf
 
 
-def test_the_engine_table_is_read_with_each_field_checked() -> None:
-    table = parse_engine_table(
-        {"about": {}, "samples": {"reference | text": [0.01] * 30}}, "t.json"
-    )
-    bound = table.bound("reference | text")
-    assert 0.01 < bound.value < LOGPROB_CEILING
-    assert bound.samples == 30
-    assert table.bound("decode-vs-prefill").value == LOGPROB_CEILING  # no samples
-    with pytest.raises(ValueError, match=r"t.json: samples\['nope'\]: expected a comparison"):
-        parse_engine_table({"about": {}, "samples": {"nope": [0.1]}}, "t.json")
-    with pytest.raises(ValueError, match="expected a list of errors >= 0"):
-        parse_engine_table({"about": {}, "samples": {"batched-vs-alone": [-1]}}, "t.json")
-    with pytest.raises(ValueError, match="comparison: expected one of"):
-        table.bound("reference | nope")
-
-
-def test_a_comparison_whose_samples_are_mostly_exact_takes_the_largest_with_a_margin() -> None:
-    # 188 bit-exact answers and 12 that differ: no log-normal fits that; 1.5 x the largest.
-    samples = [0.0] * 188 + [0.01] * 11 + [0.02]
-    bound = parse_engine_table(
-        {"about": {}, "samples": {"chunked-vs-whole": samples}}, "t.json"
-    ).bound("chunked-vs-whole")
-    assert math.isclose(bound.value, 0.03)
-    assert "188 of 200 samples exactly 0" in bound.method
-    # Every sample exact: the floor, one bf16 rounding.
-    exact = parse_engine_table(
-        {"about": {}, "samples": {"batched-vs-alone": [0.0] * 40}}, "t.json"
-    ).bound("batched-vs-alone")
-    assert exact.value == LOGPROB_FLOOR
-
-
 def test_an_engine_error_quotes_what_the_engine_logged(tmp_path: Path) -> None:
     from harness.targets.engine.engine import _logged
 
@@ -146,15 +114,6 @@ def test_an_engine_error_quotes_what_the_engine_logged(tmp_path: Path) -> None:
         "; the engine logged RuntimeError: Worker failed with error 'einsum(): subscript b has "
         "size 3'"
     )
-
-
-def test_the_committed_engine_table_gives_every_comparison_a_calibrated_bound() -> None:
-    from harness.oracles.engine_bounds import ENGINE_COMPARISONS, read_engine_table
-
-    table = read_engine_table()
-    for comparison in ENGINE_COMPARISONS:
-        bound = table.bound(comparison)
-        assert bound.samples >= 20, f"{comparison}: {bound.method}"
 
 
 def test_each_target_runs_where_its_implementation_is(

@@ -10,10 +10,10 @@ import dataclasses
 import pytest
 
 from harness.oracles.decoding import compare_answers
-from harness.oracles.engine_bounds import engine_bound
+from harness.oracles.engine_bounds import engine_path_bound
 from harness.targets.engine import DEFAULT_OPTIONS, ENGINE_SPEC, EngineTarget
 from harness.targets.server import ServerOptions
-from suites.engine.conftest import SAMPLING
+from suites.engine.conftest import FORM_PATHS, SAMPLING
 from suites.server.conftest import Chat, server_request
 
 pytestmark = pytest.mark.concern("server")
@@ -35,6 +35,6 @@ def test_vllm_serve_with_its_defaults_serves_a_prompt_longer_than_a_block(
     finally:
         engine_target.forget_server(ENGINE_SPEC, VLLM_DEFAULTS)
     # Prefix caching changes the prefill's steps, not the answer: the chunked-prefill bound.
-    bound = engine_bound("chunked-vs-whole").value
+    bound = engine_path_bound("chunked-vs-whole", FORM_PATHS["mixed"]).value
     _, problems = compare_answers(expected, served, bound)
     assert not problems, "vllm serve's defaults against the engine: " + "; ".join(problems)
