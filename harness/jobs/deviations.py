@@ -16,7 +16,8 @@ The cause is pinned: the check is an expected failure only while it fails with t
 type and a message matching ``match`` (searched, ``^`` and ``$`` anchoring at every line, in
 the message followed by one line ``<- Type: message`` per exception in its ``__cause__``
 chain, so a wrapped cause can be pinned;
-for an exception group, every exception in it must match);
+for an exception group, every exception in it must match, and for a check's several problems
+(:class:`harness.problems.Problems`), every problem);
 failing for another reason is a failure showing both causes. A fix upstream shows up as an
 unexpected pass, which fails the run until the entry is removed.
 """
@@ -27,9 +28,15 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from harness import ROOT
+from harness.problems import Problems
 from harness.toml_tables import string_tables
+
+if TYPE_CHECKING:
+    from harness.checkpoints.spec import ModelSpec
+    from harness.inputs.requests import Request
 
 DEVIATIONS_DIR = ROOT / "fixtures" / "deviations"
 #: How a user reaches a deviation, as the report groups them.
@@ -54,6 +61,9 @@ class Deviation:
     raises: str  # the exception type's name, or several separated by " | "
     match: str  # a regular expression searched in the exception's message and cause chain
     reach: str  # one of REACHES
+    #: The shape of the requests the bug reaches (:data:`harness.inputs.shapes.REQUEST_SHAPES`):
+    #: where set, a drawn request of that shape that fails with this cause is this bug's.
+    drawn: str | None = None
 
     @property
     def types(self) -> frozenset[str]:
@@ -97,16 +107,46 @@ def describe(exc: BaseException) -> str:
 
 
 def _leaves(exc: BaseException) -> list[BaseException]:
+    """The failures a cause must explain each of: an exception group's exceptions, a check's
+    several :class:`~harness.problems.Problems` one by one, else the exception itself."""
     if isinstance(exc, BaseExceptionGroup):
         return [leaf for sub in exc.exceptions for leaf in _leaves(sub)]
+    if isinstance(exc, Problems):
+        return [AssertionError(problem) for problem in exc.each()]
     return [exc]
 
 
-def explained_by(failure: BaseException | list[str], pinned: Sequence[Deviation]) -> str | None:
-    """The check of the first of ``pinned`` whose cause ``failure`` is (an exception, or the
-    bounds a form's rows exceed, as a parity check's assertion states them), if any."""
-    error = AssertionError("; ".join(failure)) if isinstance(failure, list) else failure
-    return next((d.check for d in pinned if d.cause_of(error) is None), None)
+def explained_by(
+    failure: BaseException | list[str],
+    pinned: Sequence[Deviation],
+    request: Request,
+    spec: ModelSpec,
+) -> str | None:
+    """The check of the known deviation whose bug a drawn ``request`` on ``spec`` met, if any:
+    a deviation of ``pinned`` that names the shape of the requests its bug reaches
+    (:attr:`Deviation.drawn`), which ``request`` has, and whose pinned cause ``failure`` is (an
+    exception, or a form's problems, each of which the cause must match). A deviation that
+    names no shape excuses only the check it is pinned for: its message alone (a bare
+    ``assert``, ``division by zero``) says nothing of which bug a drawn request met."""
+    from harness.inputs.shapes import request_has_shape
+
+    error = Problems("", failure) if isinstance(failure, list) else failure
+    return next(
+        (
+            d.check
+            for d in pinned
+            if d.drawn is not None
+            and request_has_shape(d.drawn, request, spec)
+            and d.cause_of(error) is None
+        ),
+        None,
+    )
+
+
+def _shape_names() -> frozenset[str]:
+    from harness.inputs.shapes import REQUEST_SHAPES
+
+    return frozenset(REQUEST_SHAPES)
 
 
 def deviations_path(name: str) -> Path:
@@ -119,7 +159,8 @@ def load_deviations(path: Path) -> dict[str, Deviation]:
         return {}
     entries: dict[str, Deviation] = {}
     keys = frozenset({"check", "reason", "raises", "match", "reach"})
-    for where, entry in string_tables(path, "deviation", keys, DeviationFileError):
+    optional = frozenset({"drawn"})
+    for where, entry in string_tables(path, "deviation", keys, DeviationFileError, optional):
         check, reason = entry["check"], entry["reason"]
         raises, match = entry["raises"], entry["match"]
         if not isinstance(raises, str) or not all(
@@ -150,5 +191,11 @@ def load_deviations(path: Path) -> dict[str, Deviation]:
             )
         if check in entries:
             raise DeviationFileError(f"{where}: check {check!r} is listed twice")
-        entries[check] = Deviation(check, reason.strip(), raises, match, reach)
+        drawn = entry.get("drawn")
+        if drawn is not None and drawn not in _shape_names():
+            raise DeviationFileError(
+                f"{where}: drawn: expected a request shape of {sorted(_shape_names())}, got "
+                f"{drawn!r}"
+            )
+        entries[check] = Deviation(check, reason.strip(), raises, match, reach, drawn)
     return entries

@@ -86,8 +86,9 @@ def compare_answers(
 ) -> tuple[float, list[str]]:
     """Two answers of one engine (or two engines) to the same request, which must agree within
     ``bound`` nats: the same prompt, every prompt token's log-probability, the greedy tokens up
-    to the first step where ``first``'s own top-2 margin is within twice the bound (a tie), and
-    those tokens' log-probabilities. The largest difference, and the problems found."""
+    to the first step where ``first``'s own top-2 margin is within twice the bound (a tie; never
+    the first step, or no decoded step would be compared), and those tokens' log-probabilities.
+    The largest difference, and the problems found."""
     problems: list[str] = []
     if first.prompt_token_ids != second.prompt_token_ids:
         return math.inf, ["the prompt token ids differ"]
@@ -105,7 +106,12 @@ def compare_answers(
         if a != b:
             runner_up = first.runner_up_logprobs[step]
             margin = math.inf if runner_up is None else first.token_logprobs[step] - runner_up
-            if margin > 2 * bound:
+            if step == 0:
+                problems.append(
+                    f"greedy token 0: {a} against {b} (top-2 margin {margin:.4g} nats): no "
+                    "decoded step agreed, so nothing of decoding was compared"
+                )
+            elif margin > 2 * bound:
                 problems.append(
                     f"greedy token {step}: {a} against {b}, where the first answer's top-2 "
                     f"margin is {margin:.4g} nats (above twice the bound: not a tie)"

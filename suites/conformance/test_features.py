@@ -17,6 +17,7 @@ import torch
 
 from harness.inputs.catalogue import FORMS_BY_NAME, REQUEST_FORMS
 from harness.oracles.features import compare_features
+from harness.problems import assert_no_problems
 
 pytestmark = pytest.mark.concern("requests")
 
@@ -47,4 +48,4 @@ def test_features_match_the_reference(target, reference_target, device, form, re
     expected = reference_target.model(spec, torch.device("cpu")).request_features(request)
     measured, problems = compare_features(actual, expected)
     record_property("measured", measured)
-    assert not problems, "; ".join(problems)
+    assert_no_problems(problems)

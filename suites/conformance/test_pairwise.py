@@ -25,6 +25,7 @@ from harness.inputs.catalogue import RequestForm, forms_for
 from harness.jobs.deviations import describe, explained_by
 from harness.oracles.bounds import CalibrationTable, uncalibrated_table
 from harness.oracles.rows import compare_with_reference
+from harness.problems import assert_no_problems
 from suites.conformance.test_parity import _same_prompt_and_positions
 
 pytestmark = pytest.mark.concern("requests")
@@ -105,8 +106,9 @@ def test_a_variant_of_the_covering_array_serves_the_catalogue_as_the_reference(
     measured: dict[str, object] = {}
     for form in forms_for(spec, PAIRWISE_FORMS):
         expected = reference_runs.run(form.name, spec=spec)
+        request = form.request_for(spec)
         try:
-            actual = model.run_request(form.request_for(spec))
+            actual = model.run_request(request)
             if not rows_comparable(form, spec):
                 _same_prompt_and_positions(actual, expected)
                 measured[form.name] = {
@@ -117,22 +119,22 @@ def test_a_variant_of_the_covering_array_serves_the_catalogue_as_the_reference(
             numbers, found = compare_with_reference(
                 actual,
                 expected,
-                form.request_for(spec),
+                request,
                 spec,
                 served=model.input_dtype,
                 table=table,
             )
         except Exception as e:  # one form's failure must not hide the others'
-            known = explained_by(e, pinned_deviations)
+            known = explained_by(e, pinned_deviations, request, spec)
             if known is not None:
                 measured[form.name] = {"kind": NOTE, "known deviation": known}
             else:
                 problems.append(f"{form.name}: {describe(e)}")
             continue
-        if found and (known := explained_by(found, pinned_deviations)) is not None:
+        if found and (known := explained_by(found, pinned_deviations, request, spec)) is not None:
             measured[form.name] = {"kind": NOTE, "known deviation": known}
             continue
         measured |= {f"{form.name} {item}": n for item, n in numbers.items()}
         problems += [f"{form.name}: {p}" for p in found]
     record_property("measured", measured)
-    assert not problems, f"{len(problems)} problems: " + "; ".join(problems)
+    assert_no_problems(problems, f"{len(problems)} problems: ")

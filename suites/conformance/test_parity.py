@@ -58,6 +58,7 @@ from harness.oracles.bounds import error_statistics
 from harness.oracles.features import compare_features
 from harness.oracles.rows import ItemErrors, compare_with_reference, judge
 from harness.plugin.target import RequestRuns
+from harness.problems import assert_no_problems
 from harness.targets.base import MultimodalModel
 from reference_impl.tokenizer import shared_tokenizer
 from suites.conformance.test_request_properties import REQUEST_SETTINGS
@@ -74,7 +75,7 @@ def test_request_matches_the_reference(request_runs, reference_runs, form, recor
         actual, expected, catalogued.request, catalogued.spec
     )
     record_property("measured", measured)
-    assert not problems, "; ".join(problems)
+    assert_no_problems(problems)
 
 
 def _served_as_the_reference(
@@ -89,13 +90,15 @@ def _served_as_the_reference(
     their bounds (:func:`~harness.oracles.features.compare_features`: pixel values, log-mel
     features and masks) and rows within each path's bounds
     (:func:`~harness.oracles.rows.compare_with_reference`). A failure a pinned deviation of the
-    target explains (its exception) is that deviation's, recorded, not a new problem."""
+    target explains is that deviation's, recorded, not a new problem: one whose entry names the
+    shape of the requests its bug reaches, which ``request`` has
+    (:func:`~harness.jobs.deviations.explained_by`)."""
     reference = reference_runs.target.model(model.spec, torch.device("cpu"))
     expected = reference.run_request(request)
     try:
         actual = model.run_request(request)
     except Exception as e:
-        known = explained_by(e, pinned)
+        known = explained_by(e, pinned, request, model.spec)
         if known is None:
             raise
         record_property("known deviation", known)
@@ -116,7 +119,7 @@ def _served_as_the_reference(
         actual, expected, request, model.spec, served=model.input_dtype
     )
     problems += found
-    assert not problems, "; ".join(problems)
+    assert_no_problems(problems)
 
 
 def _same_prompt_and_positions(actual: RequestResult, expected: RequestResult) -> None:

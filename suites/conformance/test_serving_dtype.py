@@ -28,6 +28,7 @@ from harness.checkpoints.serving import DTYPE_CASES as ALL_DTYPE_CASES
 from harness.checkpoints.spec import ModelSpec
 from harness.inputs.catalogue import FORMS_BY_NAME
 from harness.oracles.rows import compare_with_reference
+from harness.problems import assert_no_problems
 
 pytestmark = pytest.mark.concern("requests")
 
@@ -69,4 +70,4 @@ def test_served_dtype_matches_the_reference(
         actual, expected, catalogued.request, spec, served=served
     )
     record_property("measured", measured)
-    assert not problems, "; ".join(problems)
+    assert_no_problems(problems)

@@ -21,13 +21,17 @@ test_serving_requests'. Served dtypes are test_serving_dtype's.
 from __future__ import annotations
 
 import pytest
+import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from harness.checkpoints.serving import ServingConfig
+from harness.checkpoints.spec import ModelSpec
+from harness.inputs.requests import Request
 from harness.inputs.strategies import media_requests, serving_configs
 from harness.oracles.assertions import assert_refusal
 from harness.plugin.hypothesis import REQUEST_EXAMPLES
+from harness.plugin.target import RequestRuns
 from suites.conformance.test_request_properties import placeholder_order
 from suites.conformance.test_requests import MODALITIES, _items_and_rows_agree
 
@@ -44,7 +48,7 @@ SETTINGS = settings(
 @SETTINGS
 @given(data=st.data())
 def test_any_configuration_serves_or_refuses_a_request_naming_the_option(
-    make_model, data, record_property
+    make_model, reference_runs, data, record_property
 ):
     record_property("serving", DRAWN)
     serving = data.draw(serving_configs(), label="serving")
@@ -63,6 +67,12 @@ def test_any_configuration_serves_or_refuses_a_request_naming_the_option(
             assert_refusal(exc, ["limit-mm-per-prompt", "limit_mm_per_prompt", *stated])
         else:
             assert_refusal(exc, ["max_model_len", "max-model-len"])
+            context = serving.max_model_len or model.spec.max_model_len
+            needed = _prompt_tokens(reference_runs, model.spec, serving, request)
+            assert needed >= context, (
+                f"refused for max_model_len, but the reference's processed prompt has {needed} "
+                f"tokens, which fit the {context}-token context with one to generate"
+            )
         assert model.calls.vision == [], "a tower ran before the refusal"
         assert model.calls.audio == [], "a tower ran before the refusal"
         return
@@ -76,3 +86,12 @@ def test_any_configuration_serves_or_refuses_a_request_naming_the_option(
             f"{serving.max_model_len}-token context"
         )
     assert all(m in MODALITIES for m in got)
+
+
+def _prompt_tokens(
+    reference_runs: RequestRuns, spec: ModelSpec, serving: ServingConfig, request: Request
+) -> int:
+    """The prompt's length once processed, as the reference processes it on ``spec`` under
+    ``serving`` (a dynamic tiler's budget depends on the context)."""
+    reference = reference_runs.target.model(spec, torch.device("cpu"), serving)
+    return len(reference.process_request(request).prompt_token_ids)

@@ -12,6 +12,7 @@ import pytest
 from harness.inputs.requests import Request
 from harness.oracles.decoding import compare_answers
 from harness.oracles.engine_bounds import engine_bound, engine_path_bound
+from harness.problems import assert_no_problems
 from harness.targets.engine import (
     DEFAULT_OPTIONS,
     ENGINE_SPEC,
@@ -75,7 +76,7 @@ def _check_batch(
             "preemptions": sum(a.preemptions for a in answers),
         },
     )
-    assert not problems, "inside the batch: " + "; ".join(problems)
+    assert_no_problems(problems, "inside the batch: ")
     return answers
 
 

@@ -15,6 +15,7 @@ from harness.inputs.media import pil_image
 from harness.inputs.requests import Request
 from harness.oracles.decoding import compare_answers
 from harness.oracles.engine_bounds import engine_bound, engine_path_bound
+from harness.problems import assert_no_problems
 from harness.targets.engine import (
     DEFAULT_OPTIONS,
     ENGINE_SPEC,
@@ -82,7 +83,7 @@ def test_chunked_prefill_equals_unchunked_serving(
             "boundaries_inside_runs": len(inside),
         },
     )
-    assert not problems, f"{form} prefilled in chunks of {CHUNK}: " + "; ".join(problems)
+    assert_no_problems(problems, f"{form} prefilled in chunks of {CHUNK}: ")
 
 
 @pytest.mark.self_consistency("a repeated request read from the prefix cache against its first")
@@ -103,7 +104,7 @@ def test_a_repeated_request_is_read_from_the_prefix_cache_and_answers_the_same(
     assert again.num_cached_tokens > 0, f"the repeated request read no prefix cache ({counted})"
     assert counted["vllm:prefix_cache_hits"] > 0, f"no prefix-cache hit counted ({counted})"
     _largest, problems = compare_answers(first, again, split(FORM_PATHS["mixed"]))
-    assert not problems, "the request read from the prefix cache: " + "; ".join(problems)
+    assert_no_problems(problems, "the request read from the prefix cache: ")
 
 
 def _image_request(seed: int) -> Request:
@@ -135,7 +136,7 @@ def test_two_images_of_one_size_are_kept_apart_by_the_caches(
     )
     assert counted["vllm:mm_cache_hits"] == 0, "the second image was served from the first's cache"
     _, problems = compare_answers(fresh, answer, split(FORM_PATHS["images-pil"]))
-    assert not problems, "the second image, after the first: " + "; ".join(problems)
+    assert_no_problems(problems, "the second image, after the first: ")
     assert other.token_logprobs != answer.token_logprobs, (
         "the two images' answers are the same: the check cannot tell them apart"
     )
@@ -155,7 +156,7 @@ def test_repeated_media_are_served_from_the_processor_cache_and_answer_the_same(
     measure("processor cache", {"mm_cache_hits": counted["vllm:mm_cache_hits"]})
     assert counted["vllm:mm_cache_hits"] >= 1, f"the repeated image missed the cache ({counted})"
     _, problems = compare_answers(first, again, engine_bound("batched-vs-alone").value)
-    assert not problems, "the image served from the processor cache: " + "; ".join(problems)
+    assert_no_problems(problems, "the image served from the processor cache: ")
 
 
 def test_prefix_caching_without_chunked_prefill_is_refused_with_the_reason(
@@ -189,4 +190,4 @@ def test_a_prompt_longer_than_a_block_is_served_under_prefix_caching(
         "long prompt",
         {"prompt_tokens": len(answer.prompt_token_ids), "largest_logprob_difference": largest},
     )
-    assert not problems, "the prompt under prefix caching: " + "; ".join(problems)
+    assert_no_problems(problems, "the prompt under prefix caching: ")

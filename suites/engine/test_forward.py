@@ -70,15 +70,41 @@ def check_prompt_logprobs(
     )
 
 
+#: Greedy steps a comparison must agree on: a divergence at a tie ends it, and one at step 0 (most
+#: top-2 margins of a few-hundred-token vocabulary with random weights are under a nat) would
+#: pass having compared nothing.
+MIN_AGREED_STEPS = 4
+
+
+def tie_bound(paths: tuple[str, ...]) -> float:
+    """How close the reference's top-2 may be for the engine to swap them honestly: twice the
+    largest error of one position the calibration measured on ``paths`` (each of the two
+    log-probabilities off by that much), not the bound's extrapolation past it."""
+    largest = [engine_bound(f"reference | {path}").largest_sample for path in paths]
+    return 2 * max(x for x in largest if x is not None)
+
+
 def check_greedy(served: Served, form: str, paths: tuple[str, ...], measure: Measure) -> None:
     answer = served.answer(form)
     reference = served.reference(form, answer.tokens)
-    agreement = greedy_agreement(
-        answer.tokens, reference.greedy, reference.margins, 2 * logprob_bound(paths)
-    )
+    tie = tie_bound(paths)
+    agreement = greedy_agreement(answer.tokens, reference.greedy, reference.margins, tie)
     largest = agreement.largest_difference(answer.token_logprobs, reference.continuation_logprobs)
-    measure("greedy decoding", {**agreement.measured(), "largest_logprob_error": largest})
+    measure(
+        "greedy decoding",
+        {
+            **agreement.measured(),
+            "largest_logprob_error": largest,
+            "tie_bound": tie,
+            "reference_margins": [round(m, 4) for m in reference.margins],
+        },
+    )
     assert agreement.problem is None, f"{form}: {agreement.problem}"
+    assert agreement.compared >= MIN_AGREED_STEPS, (
+        f"{form}: greedy decoding agreed with the reference on {agreement.compared} steps before "
+        f"a tie at step {agreement.diverged_at} (reference margin {agreement.margin:.4g} nats, "
+        f"tie bound {tie:.4g}): fewer than {MIN_AGREED_STEPS}, the comparison proves too little"
+    )
     assert largest <= logprob_bound(paths), (
         f"{form}: a decoded token's log-probability is {largest:.4g} nats from the reference's "
         f"reading the same tokens, above the bound {logprob_bound(paths):.4g}"

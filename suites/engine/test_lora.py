@@ -14,6 +14,7 @@ import pytest
 from harness.checkpoints.lora_adapters import ADAPTERS_BY_NAME, adapter_folder
 from harness.oracles.decoding import compare_answers, greedy_agreement
 from harness.oracles.engine_bounds import engine_bound
+from harness.problems import assert_no_problems
 from harness.targets.engine import (
     ENGINE_SPEC,
     Adapter,
@@ -131,7 +132,7 @@ def test_adapters_interleaved_in_one_batch_match_the_reference(
         if n and a.token_logprobs != base.token_logprobs
     ]
     measure("adapters", {"adapters": len(names), "slots": LORA.max_loras, "changed": len(changed)})
-    assert not problems, "; ".join(problems)
+    assert_no_problems(problems)
     assert changed, "no adapter changed an answer: the check cannot see an adapter dropped"
 
 
@@ -156,7 +157,7 @@ def test_each_request_of_the_interleaved_batch_answers_as_alone(
         largest = max(largest, difference)
         problems += [f"{form} with {name or 'no adapter'}: {p}" for p in found]
     measure("interleaved batch", {"largest_logprob_difference": largest, "bound": bound})
-    assert not problems, "inside the interleaved batch: " + "; ".join(problems)
+    assert_no_problems(problems, "inside the interleaved batch: ")
 
 
 @pytest.mark.parametrize(("form", "name", "path"), [b for b in BATCH if b[1]], ids=lambda v: str(v))
@@ -167,7 +168,7 @@ def test_prompt_logprobs_with_an_adapter_match_the_reference(
     adapter = served_adapter(name)
     answer = engine.generate([engine_prompt(form_request(form)[1])], SAMPLING, [adapter])[0]
     problems = against_the_reference(served, form, path, adapter, answer)
-    assert not problems, f"{form} with {name}: " + "; ".join(problems)
+    assert_no_problems(problems, f"{form} with {name}: ")
 
 
 @pytest.mark.parametrize("name", list(TOWER_ADAPTER_IDS))
@@ -180,7 +181,7 @@ def test_adapters_targeting_the_towers_are_served_on_the_language_model(
         [engine_prompt(form_request("images-pil")[1])], DECODED_ONLY, [adapter]
     )[0]
     problems = against_the_reference(served, "images-pil", "image-static", adapter, answer)
-    assert not problems, f"{name}: " + "; ".join(problems)
+    assert_no_problems(problems, f"{name}: ")
 
 
 @pytest.mark.self_consistency("the base model in the LoRA engine against the engine without LoRA")
@@ -197,7 +198,7 @@ def test_the_base_model_is_unchanged_while_adapters_are_loaded(
             served.answer(form), base, engine_bound("batched-vs-alone").value
         )
         measure(f"{form}, base model", {"largest_logprob_difference": largest})
-        assert not problems, f"{form}, no adapter, adapters loaded: " + "; ".join(problems)
+        assert_no_problems(problems, f"{form}, no adapter, adapters loaded: ")
 
 
 def test_prompt_logprobs_of_two_adapter_requests_in_one_batch(served: Served) -> None:
@@ -211,4 +212,4 @@ def test_prompt_logprobs_of_two_adapter_requests_in_one_batch(served: Served) ->
     alone = engine.generate([engine_prompt(text)], SAMPLING, [adapter])[0]
     for answer in answers:
         _, problems = compare_answers(alone, answer, engine_bound("batched-vs-alone").value)
-        assert not problems, "; ".join(problems)
+        assert_no_problems(problems)

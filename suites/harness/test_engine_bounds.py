@@ -163,7 +163,7 @@ def test_the_committed_amx_table_is_the_shared_one_split_by_path_on_an_amx_machi
 
 def test_every_comparison_is_calibrated_on_every_committed_family() -> None:
     calibration = read_engine_calibration()
-    assert {"avx2", "amx"} <= set(calibration.families)
+    assert {"avx2", "avx512", "amx"} <= set(calibration.families)
     for t in calibration.tables:
         missing = [c for c in ENGINE_COMPARISONS if len(t.samples.get(c, [])) < 20]
         assert not missing, f"{t.family}: fewer than 20 samples of {missing}"
@@ -191,8 +191,8 @@ def test_the_amx_samples_failed_the_old_bounds_and_pass_the_committed_ones() -> 
     for t in calibration.tables:
         assert replay(calibration, t) == [], t.family
     # Portable, and still sharp where the error is not heavy-tailed: a text request's split
-    # prefill within a third of the 0.05 nats a decode-state bug moved the preempted texts by.
-    assert engine_bound_value(calibration, "chunked-vs-whole | text") < 0.05 / 3
+    # prefill within half the 0.05 nats a decode-state bug moved the preempted texts by.
+    assert engine_bound_value(calibration, "chunked-vs-whole | text") < 0.05 / 2
     assert engine_bound_value(calibration, "chunked-vs-whole | image-static") > AMX_FAILING_SAMPLE
 
 

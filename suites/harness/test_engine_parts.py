@@ -96,6 +96,13 @@ def test_compare_answers_within_the_bound_and_at_ties() -> None:
     # Step 0's margin (2.5 nats) is not.
     _, problems = compare_answers(Answer(), Answer(tokens=[9, 5]), 0.01)
     assert "greedy token 0" in problems[0]
+    # A divergence at step 0 fails even at a tie: no decoded step would be compared. Before,
+    # a bound of at least half the margin (here 1.25 nats) let it pass with nothing compared.
+    _, problems = compare_answers(Answer(), Answer(tokens=[9, 5]), 1.25)
+    assert problems == [
+        "greedy token 0: 4 against 9 (top-2 margin 2.5 nats): no decoded step agreed, so "
+        "nothing of decoding was compared"
+    ]
     assert compare_answers(Answer(), Answer(prompt_token_ids=[1, 2]), 0.01)[0] == math.inf
 
 

@@ -17,6 +17,7 @@ from harness.inputs.media import video_file
 from harness.inputs.requests import PLACEHOLDER, Request
 from harness.oracles.decoding import compare_answers
 from harness.oracles.engine_bounds import engine_bound
+from harness.problems import assert_no_problems
 from harness.targets.engine import DEFAULT_OPTIONS, ENGINE_SPEC, EngineTarget, engine_prompt
 from harness.targets.engine.options import Sampling
 from harness.targets.server.requests import chat_body, sent
@@ -76,7 +77,7 @@ def test_a_chat_request_answers_as_the_engine(
             "bound": bound,
         },
     )
-    assert not problems, f"{form} ({delivery}) against the engine: " + "; ".join(problems)
+    assert_no_problems(problems, f"{form} ({delivery}) against the engine: ")
     assert served.finish_reason == "length", served.finish_reason
 
 
@@ -101,7 +102,7 @@ def test_a_completion_answers_as_the_engine(
     bound = engine_bound("batched-vs-alone").value
     difference, problems = compare_answers(expected, served, bound)
     measure(f"completion {prompt}", {"largest_logprob_difference": difference, "bound": bound})
-    assert not problems, f"/v1/completions ({prompt}) against the engine: " + "; ".join(problems)
+    assert_no_problems(problems, f"/v1/completions ({prompt}) against the engine: ")
 
 
 @pytest.mark.parametrize(

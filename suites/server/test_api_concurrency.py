@@ -13,6 +13,7 @@ import pytest
 
 from harness.oracles.decoding import compare_answers
 from harness.oracles.engine_bounds import engine_bound
+from harness.problems import assert_no_problems
 from harness.targets.engine import EngineOutput
 from suites.engine.conftest import SAMPLING
 from suites.server.conftest import Chat, Measure, server_request
@@ -47,7 +48,7 @@ def _check(
         largest = max(largest, difference)
         problems += [f"request {k} ({form}): {p}" for p in found]
     measure(how, {"requests": CONCURRENT, "largest_logprob_difference": largest, "bound": bound})
-    assert not problems, f"against the same alone ({how}): " + "; ".join(problems[:5])
+    assert_no_problems(problems, f"against the same alone ({how}): ")
 
 
 def _caught(ask: Callable[[], EngineOutput]) -> EngineOutput | BaseException:

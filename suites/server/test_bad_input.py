@@ -25,6 +25,7 @@ from hypothesis import strategies as st
 
 from harness.oracles.decoding import compare_answers
 from harness.oracles.engine_bounds import engine_bound
+from harness.problems import assert_no_problems
 from harness.targets.engine import ENGINE_SPEC, EngineOutput, Sampling
 from harness.targets.server import Server, chat_body
 from harness.targets.server.requests import client_arguments, png_bytes, tensor_base64, wav_bytes
@@ -266,7 +267,7 @@ def test_malformed_bodies_get_a_4xx_or_an_answer_and_nothing_is_lost(
 
     status, message, lost = _nothing_lost(chat, server, chat.served(GOOD), send)
     problems = ([f"HTTP {status} {message[:300]!r}"] if status >= 500 or status == 0 else []) + lost
-    assert not problems, f"{field} = {junk!r}: " + "; ".join(problems)
+    assert_no_problems(problems, f"{field} = {junk!r}: ")
 
 
 #: The default server's cases first, then the restricted one's: one server runs at a time.

@@ -22,6 +22,7 @@ from harness.checkpoints.lora_adapters import (
 )
 from harness.oracles.decoding import compare_answers
 from harness.oracles.engine_bounds import engine_bound
+from harness.problems import assert_no_problems
 from harness.targets.engine import ENGINE_SPEC, Adapter, EngineOutput, Sampling, engine_prompt
 from harness.targets.server import Server, ServerOptions
 from suites.engine.conftest import SAMPLING
@@ -97,7 +98,7 @@ def test_each_served_adapter_answers_as_the_engine(chat: Chat, lora_server: Serv
         assert base.tokens != served.tokens or base.token_logprobs != served.token_logprobs, (
             f"{form}: the answer with {adapter} is the base model's: the adapter was not applied"
         )
-    assert not problems, "against the engine with the same adapter: " + "; ".join(problems)
+    assert_no_problems(problems, "against the engine with the same adapter: ")
 
 
 def test_an_unloaded_adapter_is_no_longer_served(lora_server: Server) -> None:
@@ -131,7 +132,7 @@ def test_a_broken_adapter_is_refused_clearly_while_serving_goes_on(
         problems.insert(0, f"HTTP {status} ({text[:300]}): expected a 4xx")
     elif named not in text:
         problems.insert(0, f"HTTP {status} ({text[:300]}): the message does not name {named}")
-    assert not problems, f"broken-{kind}: " + "; ".join(problems)
+    assert_no_problems(problems, f"broken-{kind}: ")
 
 
 def _together(
@@ -164,7 +165,7 @@ def test_adapter_and_base_requests_in_flight_together_answer_as_alone(
         ("text", None),
     ]
     problems = _together(lora_server, mix, DECODED_ONLY)
-    assert not problems, "together against alone: " + "; ".join(problems[:4])
+    assert_no_problems(problems, "together against alone: ")
 
 
 def test_adapter_requests_asking_for_prompt_logprobs_together_are_served(
@@ -173,4 +174,4 @@ def test_adapter_requests_asking_for_prompt_logprobs_together_are_served(
     """Last in the module: where this fails, the server's engine is dead."""
     mix: list[tuple[str, str | None]] = [("text", "lm-projections"), ("text", "rank-4")]
     problems = _together(lora_server, mix, SAMPLING)
-    assert not problems, "together against alone: " + "; ".join(problems[:4])
+    assert_no_problems(problems, "together against alone: ")

@@ -11,6 +11,7 @@ import pytest
 
 from harness.oracles.decoding import compare_answers
 from harness.oracles.engine_bounds import engine_path_bound
+from harness.problems import assert_no_problems
 from harness.targets.engine import DEFAULT_OPTIONS, ENGINE_SPEC, EngineTarget
 from harness.targets.server import ServerOptions
 from suites.engine.conftest import FORM_PATHS, SAMPLING
@@ -37,4 +38,4 @@ def test_vllm_serve_with_its_defaults_serves_a_prompt_longer_than_a_block(
     # Prefix caching changes the prefill's steps, not the answer: the chunked-prefill bound.
     bound = engine_path_bound("chunked-vs-whole", FORM_PATHS["mixed"]).value
     _, problems = compare_answers(expected, served, bound)
-    assert not problems, "vllm serve's defaults against the engine: " + "; ".join(problems)
+    assert_no_problems(problems, "vllm serve's defaults against the engine: ")
