@@ -46,6 +46,7 @@ from harness.inputs.catalogue import REQUEST_FORMS
 from harness.inputs.drawn import CONNECTOR_GRID, DRAWN_PATHS, connector_features
 from harness.oracles.bounds import (
     CALIBRATION_TABLE,
+    SHAPES_DIR,
     STATISTICS,
     CalibrationTable,
     Statistic,
@@ -54,6 +55,9 @@ from harness.oracles.bounds import (
     dtype_name,
     error_statistics,
     parse_table,
+    shape_slug,
+    tower_shape,
+    with_tower_shape,
 )
 from harness.oracles.rows import EMBEDDING_TABLE, ItemErrors, judge, measure_items
 from harness.targets import resolve_target
@@ -153,12 +157,16 @@ def calibrate(
     draws: int,
     paths: list[str],
     log: bool = True,
+    shape: dict[str, object] | None = None,
 ) -> Samples:
     """Samples of every path in ``paths`` (and ``connector``) in every served-dtype case, over
     weights drawn from ``seeds`` and ``draws`` requests per seed. Each folder is drawn, and the
     reference built on it, once per seed and saved dtype; a case the target cannot build, or
-    whose cells it failed already, is not tried again."""
+    whose cells it failed already, is not tried again. With a tower ``shape``
+    (:func:`~harness.oracles.bounds.tower_shape`), every folder has it, and only bf16 served
+    from bf16 is measured."""
     samples = Samples()
+    dtype_cases = [DTYPE_CASES[0]] if shape else list(DTYPE_CASES)
     unbuildable: set[tuple[ModelSpec, ServingConfig]] = set()
     specs: dict[ModelSpec, list[str]] = {}
     for path in paths:
@@ -167,11 +175,12 @@ def calibrate(
     for seed in seeds:
         start = time.perf_counter()
         for base, spec_paths in specs.items():
-            for saved in dict.fromkeys(saved for saved, _ in DTYPE_CASES):
+            for saved in dict.fromkeys(saved for saved, _ in dtype_cases):
                 spec = dataclasses.replace(base, checkpoint_dtype=saved)
+                spec = with_tower_shape(spec, shape) if shape else spec
                 cases = [
                     serving
-                    for case_saved, serving in DTYPE_CASES
+                    for case_saved, serving in dtype_cases
                     if case_saved == saved
                     and (spec, serving) not in unbuildable
                     and not all(
@@ -208,6 +217,20 @@ def calibrate(
     for key in samples.cells:
         samples.not_calibrated.pop(key, None)
     return samples
+
+
+def covering_array_shapes() -> list[dict[str, object]]:
+    """The tower shapes of the covering array's variants other than the default one, in the
+    order the array lists them."""
+    from harness.checkpoints.pairs import covering_array
+
+    default = tower_shape(ModelSpec())
+    shapes: list[dict[str, object]] = []
+    for spec in covering_array():
+        shape = tower_shape(spec)
+        if shape != default and shape not in shapes:
+            shapes.append(shape)
+    return shapes
 
 
 def _served_names(serving: ServingConfig, saved: str) -> list[str]:
@@ -280,14 +303,22 @@ def _harness_version() -> str:
     return f"{version} (git {commit})"
 
 
-def table_json(samples: Samples, target: Target, seeds: range, draws: int) -> dict[str, object]:
+def table_json(
+    samples: Samples,
+    target: Target,
+    seeds: range,
+    draws: int,
+    shape: dict[str, object] | None = None,
+) -> dict[str, object]:
     identity = target.identity()
+    shaped = {"shape": shape} if shape else {}
     return {
         "about": {
             "what": "relative errors of the target's tower rows against the fp32 reference, "
             "per parity path, served dtype and saved dtype (harness.oracles.bounds)",
             "command": f"nemotron-vl-calibrate --target {target.name} --seeds "
-            f"{seeds.start}-{seeds.stop - 1} --draws {draws} --write",
+            f"{seeds.start}-{seeds.stop - 1} --draws {draws} --write"
+            + (" --shapes" if shape else ""),
             "target": target.name,
             "vllm": f"{identity.name} {identity.version}",
             "harness": _harness_version(),
@@ -295,6 +326,7 @@ def table_json(samples: Samples, target: Target, seeds: range, draws: int) -> di
             "written": datetime.date.today().isoformat(),
             "weight_seeds": [seeds.start, seeds.stop - 1],
             "draws_per_seed": draws,
+            **shaped,
         },
         "cells": dict(sorted(samples.cells.items())),
         "not_calibrated": dict(sorted(samples.not_calibrated.items())),
@@ -431,7 +463,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--paths", nargs="*", default=[*DRAWN_PATHS, "connector"], help="the paths to calibrate"
     )
-    parser.add_argument("--write", action="store_true", help=f"write {CALIBRATION_TABLE}")
+    parser.add_argument(
+        "--shapes",
+        action="store_true",
+        help=f"calibrate each of the covering array's other tower shapes (bf16): {SHAPES_DIR}",
+    )
+    parser.add_argument(
+        "--write",
+        action="store_true",
+        help=f"write {CALIBRATION_TABLE} (with --shapes, one file per shape in {SHAPES_DIR})",
+    )
     parser.add_argument("--report", type=Path, help="write the bounds (and checks) as Markdown")
     parser.add_argument("--out", type=Path, help="write the table here instead")
     parser.add_argument(
@@ -461,6 +502,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.check_only:
         table = committed_table()
     else:
+        if args.shapes:
+            if args.out is not None or args.check_seeds is not None:
+                parser.error("--shapes: expected neither --out nor --check-seeds")
+            return calibrate_shapes(target, args.seeds, args.draws, list(args.paths), args)
         samples = calibrate(target, args.seeds, args.draws, list(args.paths))
         data = table_json(samples, target, args.seeds, args.draws)
         table = parse_table(data, "the new calibration")
@@ -480,6 +525,29 @@ def main(argv: list[str] | None = None) -> int:
         args.report.write_text(text)
     print(text)
     return 1 if failed else 0
+
+
+def calibrate_shapes(
+    target: Target, seeds: range, draws: int, paths: list[str], args: argparse.Namespace
+) -> int:
+    """Each of the covering array's other tower shapes calibrated on its own, its table written
+    (``--write``) to :data:`SHAPES_DIR`, every shape's bounds reported."""
+    report = [f"# Parity bounds of {target.name} per tower shape"]
+    for shape in covering_array_shapes():
+        samples = calibrate(target, seeds, draws, paths, shape=shape)
+        data = table_json(samples, target, seeds, draws, shape)
+        table = parse_table(data, f"the calibration of {shape_slug(shape)}")
+        if args.write:
+            out = SHAPES_DIR / f"{shape_slug(shape)}.json"
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_text(json.dumps(data, indent=1) + "\n")
+            print(f"wrote {out}", file=sys.stderr)
+        report += ["", f"## {shape_slug(shape)}", "", bounds_markdown(table)]
+    text = "\n".join(report) + "\n"
+    if args.report is not None:
+        args.report.write_text(text)
+    print(text)
+    return 0
 
 
 def bounds_markdown(table: CalibrationTable) -> str:

@@ -190,8 +190,12 @@ def main(argv: list[str] | None = None) -> int:
     args.out.write_text(json.dumps(document, indent=1) + "\n")
     for name, by_check in smallest.items():
         print(f"\n{name}: the smallest relative change each check caught")
-        for check, eps in by_check.items():
-            caught = f"{eps:g}" if eps is not None else f"none down to {min(sizes):g}"
+        for check, smallest_size in by_check.items():
+            caught = (
+                f"{smallest_size:g}"
+                if smallest_size is not None
+                else f"none down to {min(sizes):g}"
+            )
             print(f"  {check.rpartition('::')[2]} ({CHECKS[check]}): {caught}")
     print(f"wrote {args.out}")
     return 0

@@ -40,11 +40,12 @@ derived from a cell's samples by :func:`derive_bound`:
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 
@@ -71,6 +72,12 @@ __all__ = [
 
 #: The committed calibration: ``nemotron-vl-calibrate`` writes it.
 CALIBRATION_TABLE = ROOT / "fixtures" / "calibration" / "parity.json"
+#: The same per tower shape the covering array's variants have besides the default one
+#: (``nemotron-vl-calibrate --shapes``), bf16 served from bf16: ``<shape slug>.json``.
+SHAPES_DIR = ROOT / "fixtures" / "calibration" / "shapes"
+#: The spec fields that make a tower shape: fewer rows per item or a narrower connector spread
+#: the largest row and channel errors differently.
+SHAPE_FIELDS = ("image_size", "projector_hidden_size", "num_mel_bins", "hidden_size", "sound_sizes")
 Statistic = Literal["global", "row", "channel"]
 #: The ways an item's error is measured (see the module docstring).
 STATISTICS: tuple[Statistic, ...] = ("global", "row", "channel")
@@ -243,6 +250,50 @@ def read_table(path: Path) -> CalibrationTable:
 def committed_table() -> CalibrationTable:
     """The committed table (:data:`CALIBRATION_TABLE`), read once."""
     return read_table(CALIBRATION_TABLE)
+
+
+def tower_shape(spec: ModelSpec) -> dict[str, object]:
+    """``spec``'s tower shape: its :data:`SHAPE_FIELDS`."""
+    return {name: getattr(spec, name) for name in SHAPE_FIELDS}
+
+
+def with_tower_shape(spec: ModelSpec, shape: dict[str, object]) -> ModelSpec:
+    """``spec`` with the tower ``shape`` (:func:`tower_shape`) in place of its own."""
+    unknown = sorted(set(shape) - set(SHAPE_FIELDS))
+    if unknown:
+        raise ValueError(f"tower shape: expected fields of {list(SHAPE_FIELDS)}, got {unknown}")
+    changes: dict[str, Any] = dict(shape)
+    return dataclasses.replace(spec, **changes)
+
+
+def shape_slug(shape: dict[str, object]) -> str:
+    """A tower shape's file name: ``image32-projector64-mel16-hidden96-sound-other``."""
+    return (
+        f"image{shape['image_size']}-projector{shape['projector_hidden_size']}-"
+        f"mel{shape['num_mel_bins']}-hidden{shape['hidden_size']}-sound-{shape['sound_sizes']}"
+    )
+
+
+@functools.cache
+def _shape_table(slug: str) -> CalibrationTable | None:
+    path = SHAPES_DIR / f"{slug}.json"
+    return read_table(path) if path.is_file() else None
+
+
+def table_for_shape(spec: ModelSpec) -> CalibrationTable:
+    """The table whose samples were measured on ``spec``'s tower shape: the committed one for
+    the default shape, the shape's own (:data:`SHAPES_DIR`) for another; else a table with no
+    samples (the analytic ceiling), saying which shape no calibration measured."""
+    shape = tower_shape(spec)
+    if shape == tower_shape(ModelSpec()):
+        return committed_table()
+    table = _shape_table(shape_slug(shape))
+    if table is not None:
+        return table
+    return uncalibrated_table(
+        f"a tower shape no calibration measured ({shape_slug(shape)}: nemotron-vl-calibrate "
+        "--shapes --write measures the covering array's)"
+    )
 
 
 def uncalibrated_table(why: str) -> CalibrationTable:

@@ -3,8 +3,9 @@
 An engine's greedy token at step ``k`` is compared with the reference's own greedy choice after
 the same ``k`` tokens (teacher forcing: the reference reads the engine's tokens). Where they
 differ, the divergence is a tie only if the reference's top-2 margin there is within
-``tie_bound`` nats: two candidates that close may swap under the engine's honest rounding. The
-comparison stops at a tie (what follows depends on the other token) and the result says so.
+``tie_bound`` nats: two candidates that close may swap under the engine's honest rounding. Both
+sides read the engine's tokens, so a tie ends nothing: every step is compared, and the result
+counts the steps that agreed and those that were ties.
 """
 
 from __future__ import annotations
@@ -33,32 +34,45 @@ class EngineAnswer(Protocol):
 
 @dataclass(frozen=True)
 class Agreement:
-    """How far an engine's greedy tokens follow the reference's: ``compared`` steps agreed;
-    ``diverged_at`` the first step that did not (None: none); ``tie`` whether that step's
-    reference margin (``margin``) was within the bound."""
+    """How far an engine's greedy tokens follow the reference's: ``compared`` steps, of which
+    ``agreed`` chose the reference's token and ``ties`` (step, reference margin) another within
+    the tie bound; ``diverged_at`` the first step that did not agree (None: none) and
+    ``margin`` the reference's margin there; ``wrong`` the first step that diverged above the
+    tie bound and the margin there (None: none)."""
 
     compared: int
+    agreed: int
+    ties: tuple[tuple[int, float], ...]
     diverged_at: int | None
-    tie: bool
     margin: float | None
+    wrong: tuple[int, float] | None = None
+
+    @property
+    def tie(self) -> bool:
+        """Whether every divergence was a tie."""
+        return self.wrong is None and self.diverged_at is not None
 
     @property
     def problem(self) -> str | None:
-        if self.diverged_at is None or self.tie:
+        if self.wrong is None:
             return None
+        step, margin = self.wrong
         return (
-            f"greedy token {self.diverged_at} differs from the reference's, whose top-2 margin "
-            f"there is {self.margin:.4g} nats: above the tie bound, not a tie"
+            f"greedy token {step} differs from the reference's, whose top-2 margin there "
+            f"is {margin:.4g} nats: above the tie bound, not a tie"
         )
 
     def largest_difference(self, engine: Sequence[float], reference: Sequence[float]) -> float:
-        """The largest difference of the agreed steps' log-probabilities (0 for none)."""
+        """The largest difference of the compared steps' log-probabilities (0 for none): both
+        are the same token's after the same tokens."""
         steps = zip(engine[: self.compared], reference[: self.compared], strict=True)
         return max((abs(a - e) for a, e in steps), default=0.0)
 
     def measured(self) -> dict[str, object]:
         return {
-            "agreed_steps": self.compared,
+            "compared_steps": self.compared,
+            "agreed_steps": self.agreed,
+            "tie_steps": [step for step, _ in self.ties],
             "diverged_at": self.diverged_at,
             "tie": self.tie,
             "margin_at_divergence": self.margin,
@@ -75,10 +89,22 @@ def greedy_agreement(
             f"greedy_agreement: expected tokens, greedy and margins of one length, got "
             f"{len(tokens)}, {len(greedy)} and {len(margins)}"
         )
+    ties: list[tuple[int, float]] = []
+    first: tuple[int, float] | None = None
     for step, (token, choice, margin) in enumerate(zip(tokens, greedy, margins, strict=True)):
-        if token != choice:
-            return Agreement(step, step, margin <= tie_bound, margin)
-    return Agreement(len(tokens), None, False, None)
+        if token == choice:
+            continue
+        first = first or (step, margin)
+        if margin > tie_bound:  # the engine chose otherwise where the reference was sure
+            return Agreement(step + 1, step - len(ties), tuple(ties), *first, (step, margin))
+        ties.append((step, margin))
+    return Agreement(
+        len(tokens),
+        len(tokens) - len(ties),
+        tuple(ties),
+        None if first is None else first[0],
+        None if first is None else first[1],
+    )
 
 
 def compare_answers(

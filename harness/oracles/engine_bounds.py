@@ -299,6 +299,18 @@ def engine_path_bound(comparison: str, paths: Iterable[str]) -> Bound:
     return max(bounds, key=lambda b: b.value)
 
 
+def engine_tie_bound(paths: Iterable[str]) -> float:
+    """How close the reference's top-2 log-probabilities may be for an engine on ``paths`` to
+    choose the runner-up honestly: twice the largest error of one prompt position the
+    calibrations measured there (each of the two off by that much), measured rounding rather
+    than the bound's extrapolation past it or the ceiling."""
+    largest = [engine_bound(f"reference | {path}").largest_sample for path in paths]
+    measured = [x for x in largest if x is not None]
+    if not measured:
+        raise ValueError(f"engine bounds: no calibration samples for the paths {list(paths)}")
+    return 2 * max(measured)
+
+
 def machine_note(calibration: EngineCalibration, family: str) -> str:
     """Which calibrations serve the bounds, and whether this machine's family is among them."""
     served = ", ".join(calibration.families)

@@ -11,7 +11,9 @@ model or fp8 weights need CUDA; the fp32 checkpoint's are isolated too, see ``pa
 Each variant is built once and serves every catalogued form it can
 (:func:`~harness.inputs.catalogue.forms_for`): its prompt, placeholders and rows must be the
 reference's on the same folder, rows within the bounds of each path in the dtype they come in
-(:func:`harness.oracles.rows.compare_with_reference`, as ``test_parity``). The reference is the
+(:func:`harness.oracles.rows.compare_with_reference`, as ``test_parity``), calibrated on the
+variant's own tower shape (:func:`harness.oracles.bounds.table_for_shape`: the default shape's
+table, or the shape's own). The reference is the
 oracle, so the check does not run on the reference target.
 """
 
@@ -23,7 +25,7 @@ from harness.checkpoints.pairs import covering_array
 from harness.checkpoints.spec import ModelSpec
 from harness.inputs.catalogue import RequestForm, forms_for
 from harness.jobs.deviations import describe, explained_by
-from harness.oracles.bounds import CalibrationTable, uncalibrated_table
+from harness.oracles.bounds import table_for_shape
 from harness.oracles.rows import compare_with_reference
 from harness.problems import assert_no_problems
 from suites.conformance.test_parity import _same_prompt_and_positions
@@ -68,39 +70,13 @@ def rows_comparable(form: RequestForm, spec: ModelSpec) -> bool:
     )
 
 
-#: The tower shapes the calibration measured its bounds on (``nemotron-vl-calibrate``: the
-#: default variant's): fewer rows per item or a narrower connector spread the largest row and
-#: channel errors differently.
-CALIBRATED_SHAPES = {
-    name: getattr(ModelSpec(), name)
-    for name in (
-        "image_size",
-        "projector_hidden_size",
-        "num_mel_bins",
-        "hidden_size",
-        "sound_sizes",
-    )
-}
-
-
-def bounds_table(spec: ModelSpec) -> CalibrationTable | None:
-    """The calibrated bounds (None: the committed table) where ``spec``'s towers have the
-    calibrated shapes; else the analytic ceiling of each path (16 unit roundoffs)."""
-    changed = [
-        f"{k}={getattr(spec, k)}" for k, v in CALIBRATED_SHAPES.items() if getattr(spec, k) != v
-    ]
-    if not changed:
-        return None
-    return uncalibrated_table(f"tower shapes the calibration did not measure: {', '.join(changed)}")
-
-
 @pytest.mark.parametrize("variant", list(VARIANTS))
 def test_a_variant_of_the_covering_array_serves_the_catalogue_as_the_reference(
     target, device, reference_runs, pinned_deviations, variant, record_property
 ):
     spec = VARIANTS[variant]
     model = target.model(spec, device)
-    table = bounds_table(spec)
+    table = table_for_shape(spec)
     problems: list[str] = []
     # Per form and item, flat: "images-pil image[0]" -> its parity numbers, as test_parity's.
     measured: dict[str, object] = {}

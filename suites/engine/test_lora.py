@@ -13,7 +13,7 @@ import pytest
 
 from harness.checkpoints.lora_adapters import ADAPTERS_BY_NAME, adapter_folder
 from harness.oracles.decoding import compare_answers, greedy_agreement
-from harness.oracles.engine_bounds import engine_bound
+from harness.oracles.engine_bounds import engine_bound, engine_tie_bound
 from harness.problems import assert_no_problems
 from harness.targets.engine import (
     ENGINE_SPEC,
@@ -99,7 +99,8 @@ def against_the_reference(
                 f"prompt log-probabilities {rms:.4g} nats off in root mean square (bound "
                 f"{rms_bound:.4g})"
             )
-    agreement = greedy_agreement(answer.tokens, reference.greedy, reference.margins, 2 * bound)
+    tie = engine_tie_bound((path,))
+    agreement = greedy_agreement(answer.tokens, reference.greedy, reference.margins, tie)
     if agreement.problem:
         problems.append(agreement.problem)
     decoded = agreement.largest_difference(answer.token_logprobs, reference.continuation_logprobs)

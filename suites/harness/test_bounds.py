@@ -198,3 +198,33 @@ def test_every_path_is_calibrated_in_the_default_configuration(path):
         assert bound.samples >= MIN_SAMPLES, f"{path} {statistic}: {bound.samples} samples"
         assert bound.value <= BF16_BOUND, f"{path} {statistic}: {bound.method}"
         assert max(cell[statistic]) < bound.value, f"{path} {statistic}: {bound.method}"
+
+
+def test_no_covering_array_variant_is_judged_by_the_ceiling():
+    """Every variant's tower shape was calibrated: the default one by the committed table, each
+    other by its own table, whose cells cover every path the default table calibrates in bf16,
+    each with enough samples to derive its bounds."""
+    from harness.checkpoints.pairs import covering_array
+    from harness.oracles.bounds import (
+        MIN_SAMPLES,
+        committed_table,
+        table_for_shape,
+        tower_shape,
+    )
+
+    wanted = {
+        key for key in committed_table().samples if key.endswith("served-bfloat16 | saved-bfloat16")
+    }
+    default = tower_shape(ModelSpec())
+    for spec in covering_array():
+        table = table_for_shape(spec)
+        assert table.samples, f"{spec.slug}: {table.uncalibrated}"
+        if tower_shape(spec) == default:
+            assert table is committed_table()
+            continue
+        assert table.about["shape"] == tower_shape(spec)
+        missing = sorted(wanted - set(table.samples))
+        assert not missing, f"{spec.slug}: not calibrated: {missing} ({table.not_calibrated})"
+        assert all(len(cell["global"]) >= MIN_SAMPLES for cell in table.samples.values())
+    other = table_for_shape(ModelSpec(image_size=48))
+    assert "a tower shape no calibration measured (image48-" in other.uncalibrated

@@ -63,15 +63,23 @@ def test_sampling_is_greedy_with_the_asked_logprobs() -> None:
     assert params.prompt_logprobs == 1
 
 
-def test_greedy_agreement_accepts_a_divergence_only_at_a_tie() -> None:
-    # The engine follows the reference for two steps, then picks another token.
-    tied = greedy_agreement([5, 6, 7], [5, 6, 8], [1.0, 2.0, 0.01], tie_bound=0.05)
-    assert (tied.compared, tied.diverged_at, tied.tie, tied.problem) == (2, 2, True, None)
+def test_greedy_agreement_accepts_a_divergence_only_at_a_tie_and_compares_past_it() -> None:
+    # The engine follows the reference for two steps, picks the runner-up at a tie, then
+    # follows again: every step is compared (both sides read the engine's tokens).
+    tied = greedy_agreement([5, 6, 7, 8], [5, 6, 9, 8], [1.0, 2.0, 0.01, 1.5], tie_bound=0.05)
+    assert (tied.compared, tied.agreed, tied.ties, tied.diverged_at) == (4, 3, ((2, 0.01),), 2)
+    assert (tied.tie, tied.problem) == (True, None)
+    # Past a tie, a step the reference was sure of and the engine was not is still caught.
+    late = greedy_agreement([5, 6, 7, 8], [5, 6, 9, 3], [1.0, 2.0, 0.01, 1.5], tie_bound=0.05)
+    assert late.problem is not None
+    assert "greedy token 3" in late.problem
+    assert "1.5 nats" in late.problem
+    assert (late.compared, late.agreed, late.tie) == (4, 2, False)
     wrong = greedy_agreement([5, 6, 7], [5, 6, 8], [1.0, 2.0, 0.5], tie_bound=0.05)
     assert wrong.problem is not None
     assert "greedy token 2" in wrong.problem
     same = greedy_agreement([5, 6], [5, 6], [0.0, 0.0], tie_bound=0.05)
-    assert (same.compared, same.diverged_at, same.problem) == (2, None, None)
+    assert (same.compared, same.agreed, same.diverged_at, same.problem) == (2, 2, None, None)
     with pytest.raises(ValueError, match="of one length, got 2, 1 and 2"):
         greedy_agreement([5, 6], [5], [0.1, 0.2], tie_bound=0.05)
 
@@ -261,3 +269,20 @@ def test_the_engine_targets_checks_get_their_own_limit_unless_the_caller_sets_on
     set_by_caller = conformance.target_limits(["vllm-engine"], limits, caller_set_timeout=True)
     assert set_by_caller["vllm-engine"] == limits
     assert runtimes.ENGINE_CHECK_TIMEOUT_S > 2 * 124  # the slowest engine check measured, 124 s
+
+
+def test_an_engine_whose_first_greedy_token_differs_is_caught_by_the_measured_tie_bound() -> None:
+    """Before, a divergence was a tie where the reference's top-2 margin was within twice the
+    path's bound, 2 nats at the ceiling: an engine choosing another first token than the
+    reference at a margin of 1 nat passed with no step compared. The tie bound is now twice the
+    largest error of one position the calibrations measured, and every step is compared."""
+    from harness.oracles.engine_bounds import LOGPROB_CEILING, engine_tie_bound
+
+    tokens, greedy, margins = [9, 5, 6], [4, 5, 6], [1.0, 2.0, 2.0]
+    before = greedy_agreement(tokens, greedy, margins, tie_bound=2 * LOGPROB_CEILING)
+    assert before.problem is None  # passed as a tie
+    tie = engine_tie_bound(("text",))
+    assert 0.1 < tie < 1.0, tie
+    now = greedy_agreement(tokens, greedy, margins, tie_bound=tie)
+    assert now.problem is not None
+    assert "greedy token 0" in now.problem
