@@ -11,7 +11,7 @@ counts the steps that agreed and those that were ties.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -108,24 +108,39 @@ def greedy_agreement(
 
 
 def compare_answers(
-    first: EngineAnswer, second: EngineAnswer, bound: float
+    first: EngineAnswer,
+    second: EngineAnswer,
+    bound: float,
+    prompt_bounds: Mapping[int, float] | None = None,
 ) -> tuple[float, list[str]]:
     """Two answers of one engine (or two engines) to the same request, which must agree within
-    ``bound`` nats: the same prompt, every prompt token's log-probability, the greedy tokens up
-    to the first step where ``first``'s own top-2 margin is within twice the bound (a tie; never
-    the first step, or no decoded step would be compared), and those tokens' log-probabilities.
-    The largest difference, and the problems found."""
+    ``bound`` nats: the same prompt, every prompt token's log-probability (within
+    ``prompt_bounds[i]`` for a position it names instead), the greedy tokens up to the first
+    step where ``first``'s own top-2 margin is within twice the bound (a tie; never the first
+    step, or no decoded step would be compared), and those tokens' log-probabilities. The
+    largest difference, and the problems found."""
     problems: list[str] = []
     if first.prompt_token_ids != second.prompt_token_ids:
         return math.inf, ["the prompt token ids differ"]
     largest = 0.0
+    wide: list[tuple[int, float, float]] = []  # positions past a bound of their own
     for position, (a, b) in enumerate(
         zip(first.prompt_logprobs, second.prompt_logprobs, strict=True)
     ):
         if (a is None) != (b is None):
             problems.append(f"prompt token {position}: a log-probability in one answer only")
         elif a is not None and b is not None:
-            largest = max(largest, abs(a - b))
+            own = (prompt_bounds or {}).get(position)
+            if own is None:
+                largest = max(largest, abs(a - b))
+            elif abs(a - b) > own:
+                wide.append((position, abs(a - b), own))
+    if wide:
+        position, worst, own = max(wide, key=lambda w: w[1] / w[2])
+        problems.append(
+            f"{len(wide)} prompt tokens differ by more than their bound, token {position} by "
+            f"{worst:.4g} nats, above {own:.4g}"
+        )
     if len(first.tokens) != len(second.tokens):
         problems.append(f"{len(first.tokens)} tokens decoded against {len(second.tokens)}")
     for step, (a, b) in enumerate(zip(first.tokens, second.tokens, strict=False)):
@@ -146,4 +161,4 @@ def compare_answers(
         largest = max(largest, abs(first.token_logprobs[step] - second.token_logprobs[step]))
     if largest > bound:
         problems.append(f"log-probabilities differ by up to {largest:.4g} nats, above {bound:.4g}")
-    return largest, problems
+    return max([largest, *(w[1] for w in wide)]), problems

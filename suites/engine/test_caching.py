@@ -14,7 +14,11 @@ import pytest
 from harness.inputs.media import pil_image
 from harness.inputs.requests import Request
 from harness.oracles.decoding import compare_answers
-from harness.oracles.engine_bounds import engine_bound, engine_path_bound
+from harness.oracles.engine_bounds import (
+    RUN_LOCALISED_PATHS,
+    engine_bound,
+    split_prefill_bounds,
+)
 from harness.problems import assert_no_problems
 from harness.targets.engine import (
     DEFAULT_OPTIONS,
@@ -24,6 +28,7 @@ from harness.targets.engine import (
     Sampling,
     engine_prompt,
 )
+from reference_impl.processor import ProcessorOutput
 from suites.engine.conftest import (
     CHUNK,
     DECODED,
@@ -48,8 +53,27 @@ FROM_THE_CACHE = Sampling(
 
 def split(paths: tuple[str, ...]) -> float:
     """The bound of a prefill the scheduler split against one in one step, for a request whose
-    media take ``paths``."""
-    return engine_path_bound("chunked-vs-whole", paths).value
+    media take ``paths``: of its decoded tokens, and of its prompt's positions outside the
+    placeholder runs whose error is heavy-tailed inside them
+    (:func:`~harness.oracles.engine_bounds.split_prefill_bounds`)."""
+    return split_prefill_bounds(paths)[1]
+
+
+#: The placeholder modality of each run-localised path.
+RUN_MODALITY = {"image-static": "images"}
+
+
+def run_bounds(form: str, processed: ProcessorOutput) -> dict[int, float]:
+    """The bound of each prompt position inside the placeholder runs of ``form``'s
+    run-localised paths (:data:`~harness.oracles.engine_bounds.RUN_LOCALISED_PATHS`)."""
+    inside, _ = split_prefill_bounds(FORM_PATHS[form])
+    localised = {RUN_MODALITY[p] for p in FORM_PATHS[form] if p in RUN_LOCALISED_PATHS}
+    return {
+        i: inside
+        for p in processed.placeholders
+        if p.modality in localised
+        for i in range(p.start, p.start + p.length)
+    }
 
 
 #: Each form and where its chunk boundaries fall: inside placeholder runs (a video's frames cut
@@ -73,13 +97,14 @@ def test_chunked_prefill_equals_unchunked_serving(
         assert found[where], f"{form}: the check needs a chunk boundary {where} placeholder runs"
     whole = served.answer(form)
     chunked = served.answer(form, SCHEDULED)
-    bound = split(FORM_PATHS[form])
-    largest, problems = compare_answers(whole, chunked, bound)
+    bound, in_runs = split(FORM_PATHS[form]), run_bounds(form, processed)
+    largest, problems = compare_answers(whole, chunked, bound, in_runs)
     measure(
         "chunked prefill",
         {
             "largest_logprob_difference": largest,
             "bound": bound,
+            "bound_inside_image_runs": max(in_runs.values(), default=None),
             "boundaries_inside_runs": len(inside),
         },
     )
