@@ -25,7 +25,10 @@ layers of ``[tool.importlinter]`` in ``pyproject.toml``, checked by ``lint-impor
 - ``environment``: the process environment every run needs.
 - ``toml_tables``: the reader of the TOML fixtures (known deviations, unreached lines, config
   fields' reasons).
-- ``machine``: the CPU family a run's numbers depend on (AMX, AVX-512, AVX2), read from its flags.
+- ``machine``: the CPU family a run's numbers depend on (AMX, AVX-512, AVX2), read from its
+  flags.
+- ``problems``: a check's several problems kept apart, so that a known deviation must explain
+  each of them.
 - ``numerics``: what a result's bits depend on besides its inputs (torch's thread count): the key
   of results kept for a later bit-exact comparison.
 

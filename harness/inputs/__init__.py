@@ -7,7 +7,9 @@
   content pairs of each tower path;
 - ``model_kwargs``: builders of valid multimodal keyword arguments for ``embed_multimodal``;
 - ``strategies``: hypothesis strategies over both, and over serving configurations;
-- ``drawn``: requests drawn from a seed per parity path, for calibrating its bounds.
+- ``drawn``: requests drawn from a seed per parity path, for calibrating its bounds;
+- ``shapes``: the request shapes a known vLLM bug reaches, by which a drawn request's failure is
+  recognised as that bug's.
 
 May import: ``checkpoints``.
 """

@@ -19,7 +19,10 @@
 - ``gate_history``: the gate on the model's upstream history (``nemotron-vl-gate-history``):
   each fix of the corpus gated both ways, its verdicts judged against the corpus's pins;
 - ``config_fields``: the config-field inventory (``nemotron-vl-config-fields``): the fields
-  vLLM's model code reads, recorded, and the checks that fail when vLLM ignores each.
+  vLLM's model code reads, recorded, and the checks that fail when vLLM ignores each;
+- ``engine_perturbations``: what the engine checks' bounds still catch
+  (``nemotron-vl-engine-perturbations``): the Mamba mixer's state scaled at one place by a known
+  size, served through the engine, against the checks each comparison judges.
 
 May import: ``jobs`` (results), ``checkpoints`` (the folder cache), ``model_files``; the runner
 loads targets in its forked children.

@@ -2,9 +2,9 @@
 the engine runs, each served through the ``vllm-engine-file:`` overlay, and the checks each
 comparison's bound judges run against it.
 
-    python -m harness.mutation.engine_perturbations [--sizes 0.3,0.1,0.03,0.01] [--out PATH]
+    nemotron-vl-engine-perturbations [--sizes 0.3,0.1,0.03,0.01] [--out PATH]
 
-Run with the engine environment's Python (``.nox/engine/bin/python``). Two perturbations, each
+Run in the engine environment (``.nox/engine/bin/``). Two perturbations, each
 a relative change ``EPS`` of the SSM state in one place of vLLM's
 ``vllm/model_executor/layers/mamba/mamba_mixer2.py``:
 
