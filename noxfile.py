@@ -2,6 +2,7 @@
 
     nox -s conformance   the main job: suites against every available target, report in reports/
     nox -s tests         the harness's own test run (everything that runs without a GPU, vLLM too)
+    nox -s tests-slow    the slow tier: what the default run proves once, again on more inputs
     nox -s lint          ruff check + ruff format --check + no-tensor-truthiness + zizmor
     nox -s lint-survey   the tensor-truthiness lint over vllm, torch, transformers, stdlib
     nox -s typecheck     mypy --strict on harness/, reference_impl/ and no_tensor_truthiness/
@@ -205,36 +206,71 @@ def command(session: nox.Session, name: str, *args: str, env: dict[str, str] | N
     session.run(script, *args, *session.posargs, env={**CPU_ENV, **(env or {})}, external=True)
 
 
+#: The tests none of the tiers' streams run: GPU checks (``nox -s gpu``), long hypothesis runs
+#: (``nox -s fuzz``), speed measurements (``nox -s bench``), and the check of the run's own
+#: timings, which reads the JUnit files the streams wrote once they have ended.
+ELSEWHERE = "not gpu and not fuzz and not bench and not timings"
+#: The default tier leaves the slow tier's tests (``exhaustive``) to ``nox -s tests-slow``.
+DEFAULT_TIER = f"{ELSEWHERE} and not exhaustive"
+
 #: The test run's two streams, run side by side, each a fixed sequence of pytest runs (JUnit XML
-#: file, arguments). The first takes the end-to-end tests (``slow``: main jobs, gates, kill
-#: matrices and fault runs in processes of their own, many at a time); the second the rest, the
-#: checks that compute in the test process last (the suites on the reference, then on the
-#: installed vLLM), so that they get both cores' threads once the first stream has ended.
+#: file, arguments), balanced by their measured times (fixtures/test_budget.toml). The first
+#: takes the end-to-end tests (``slow``: main jobs, gates, kill matrices and fault runs in
+#: processes of their own, many at a time), then the conformance suites on the installed vLLM
+#: and on the reference; the second the harness's unit tests and the reference's own, then the
+#: engine and server checks on vLLM's CPU build.
 TEST_STREAMS: dict[str, list[tuple[str, list[str]]]] = {
     "end-to-end": [
-        ("junit-tests-slow.xml", ["suites", "-m", "slow and not gpu and not fuzz and not bench"]),
-        ("junit-tests-engine.xml", ["suites/engine", "suites/server", "--target=vllm-engine"]),
+        ("junit-tests-end-to-end.xml", ["suites", "-m", f"slow and {DEFAULT_TIER}"]),
+        ("junit-tests-vllm.xml", ["suites/conformance", "--target=vllm", "-m", DEFAULT_TIER]),
+        (
+            "junit-tests-reference.xml",
+            ["suites/conformance", "-m", f"not slow and {DEFAULT_TIER}"],
+        ),
     ],
     "the rest": [
         (
             "junit-tests.xml",
             [
-                *("suites/harness", "suites/reference", "suites/gpu", "suites/conformance"),
-                *("-m", "not slow and not gpu and not fuzz and not bench"),
+                *("suites/harness", "suites/reference", "suites/gpu"),
+                *("-m", f"not slow and {DEFAULT_TIER}"),
             ],
         ),
-        ("junit-tests-vllm.xml", ["suites/conformance", "--target=vllm"]),
+        (
+            "junit-tests-engine.xml",
+            ["suites/engine", "suites/server", "--target=vllm-engine", "-m", DEFAULT_TIER],
+        ),
+    ],
+}
+#: The slow tier: what the default tier proves once, again on more inputs (``exhaustive``), in one
+#: stream with every core.
+SLOW_TIER_STREAMS: dict[str, list[tuple[str, list[str]]]] = {
+    "slow tier": [
+        (
+            "junit-tests-slow-tier.xml",
+            [
+                *("suites", "--ignore=suites/engine", "--ignore=suites/server"),
+                *("-m", f"exhaustive and {ELSEWHERE}"),
+            ],
+        ),
+        (
+            "junit-tests-slow-tier-engine.xml",
+            ["suites/engine", "suites/server", "--target=vllm-engine", "-m", "exhaustive"],
+        ),
     ],
 }
 #: The runs (by JUnit file) whose pytest is the engine environment's; the others the shared one's.
-ENGINE_RUNS = frozenset({"junit-tests-engine.xml"})
+ENGINE_RUNS = frozenset({"junit-tests-engine.xml", "junit-tests-slow-tier-engine.xml"})
+#: The check of a run's timings against its budget, after its streams.
+TIMINGS_CHECK = ("suites/harness/test_timings.py", "-m", "timings", "-s")
 
 
-#: Thread variables of a stream's processes, unless the caller set them. The rest's tests start
-#: commands and reproductions that compute beside the other stream: one torch thread each (the
-#: end-to-end tests' main jobs share their cores as a user's do, and so prove that sharing).
-STREAM_THREADS: dict[str, dict[str, str]] = {
-    "the rest": {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"},
+#: Thread variables of a run's processes (by JUnit file), unless the caller set them. The unit
+#: tests start commands and reproductions that compute beside the other stream: one torch thread
+#: each (the end-to-end tests' main jobs share their cores as a user's do, and so prove that
+#: sharing; the engine's processes take theirs as vLLM's CPU worker does).
+RUN_THREADS: dict[str, dict[str, str]] = {
+    "junit-tests.xml": {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"},
 }
 
 #: pytest's exit status when the arguments select no test.
@@ -281,7 +317,7 @@ def run_streams(session: nox.Session, streams: dict[str, list[tuple[str, list[st
                 command,
                 stdout=log,
                 stderr=subprocess.STDOUT,
-                env={**STREAM_THREADS.get(name, {}), **env},
+                env={**RUN_THREADS.get(junit, {}), **env},
             )
         status = process.wait()
         # Arguments that select no test of this run (`-- -k test_faults`): exit 5.
@@ -352,6 +388,35 @@ def tests(session: nox.Session) -> None:
     conftest.py)."""
     REPORTS.mkdir(exist_ok=True)
     run_streams(session, TEST_STREAMS)
+    check_timings(session)
+
+
+@nox.session(name="tests-slow", venv_backend="none")
+def tests_slow(session: nox.Session) -> None:
+    """The slow tier: every test the default tier leaves out as a repeat of machinery it proves
+    once (``exhaustive``: every corpus mutant, every fault, every gate change, the gate on the
+    corpus's history, every reproduction through the engine and the server). Run by the
+    scheduled workflow, by pull requests that change what it guards, and before an issue that
+    touches it is closed."""
+    REPORTS.mkdir(exist_ok=True)
+    run_streams(session, SLOW_TIER_STREAMS)
+    check_timings(session)
+
+
+def check_timings(session: nox.Session) -> None:
+    """The run's JUnit files against fixtures/test_budget.toml: fails naming each stream and
+    module past its share. Not after a run narrowed by the session's arguments."""
+    if session.posargs:
+        session.log("timings not checked: the session's arguments narrowed the run")
+        return
+    session.run(
+        shared_python(session),
+        "-m",
+        "pytest",
+        *TIMINGS_CHECK,
+        env=CPU_ENV,
+        external=True,
+    )
 
 
 @nox.session(venv_backend="none")

@@ -29,6 +29,8 @@ layers of ``[tool.importlinter]`` in ``pyproject.toml``, checked by ``lint-impor
   flags.
 - ``problems``: a check's several problems kept apart, so that a known deviation must explain
   each of them.
+- ``timings``: the test run's time budget, per stream and per module, read against the JUnit
+  files a run wrote.
 - ``numerics``: what a result's bits depend on besides its inputs (torch's thread count): the key
   of results kept for a later bit-exact comparison.
 

@@ -18,7 +18,20 @@ FORMS: dict[str, tuple[str, ...]] = {
 }
 
 
-@pytest.mark.parametrize(("form", "paths"), list(FORMS.items()), ids=list(FORMS))
+#: The variant the harness's default test run builds an engine for (``nox -s tests``); its slow
+#: tier (``nox -s tests-slow``) builds the others. The main job always runs all three.
+DEFAULT_TIER = "images-dynamic"
+
+
+@pytest.mark.parametrize(
+    ("form", "paths"),
+    [
+        pytest.param(
+            form, paths, id=form, marks=[] if form == DEFAULT_TIER else [pytest.mark.exhaustive]
+        )
+        for form, paths in FORMS.items()
+    ],
+)
 def test_variant_prompt_logprobs_and_greedy_decoding(
     served: Served, form: str, paths: tuple[str, ...], measure: Measure
 ) -> None:

@@ -160,6 +160,27 @@ def selected_tests(request: pytest.FixtureRequest) -> list[pytest.Function]:
     ]
 
 
+def selected_params(request: pytest.FixtureRequest, name: str) -> list[Any]:
+    """The values of parameter ``name`` among the selected tests of the asking module, in order:
+    what a module fixture that runs one job per value must run (a tier, ``-k``)."""
+    found: list[Any] = []
+    for item in selected_tests(request):
+        callspec = getattr(item, "callspec", None)
+        if callspec is not None and name in callspec.params:
+            value = callspec.params[name]
+            if value not in found:
+                found.append(value)
+    return found
+
+
+def in_the_slow_tier(values: Sequence[str], default: Sequence[str]) -> list[Any]:
+    """``values`` as parameters, those not in ``default`` marked for the slow tier
+    (``exhaustive``: ``nox -s tests-slow``)."""
+    unknown = sorted(set(default) - set(values))
+    assert not unknown, f"the default tier names values that are not parameters: {unknown}"
+    return [pytest.param(v, marks=[] if v in default else [pytest.mark.exhaustive]) for v in values]
+
+
 def two_at_a_time(run: Callable[[K], V], keys: Sequence[K]) -> dict[K, V]:
     """``run(key)`` for each key, two at a time: each mostly waits on a child process's imports,
     and two use both cores of a 2-core machine."""

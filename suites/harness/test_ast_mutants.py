@@ -160,6 +160,7 @@ def test_the_sample_is_reproducible_and_covers_every_function(everything):
 
 
 @needs_vllm
+@pytest.mark.exhaustive
 def test_a_mutant_parses_in_its_function_as_in_its_whole_file(everything, monkeypatch):
     """Enumeration parses each mutant's function text, not the whole file: the mutants kept,
     and the count of unparseable ones, are those a whole-file parse gives, for every function

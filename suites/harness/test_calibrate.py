@@ -94,6 +94,7 @@ def test_vllm_is_calibrated_where_it_serves_and_says_why_where_it_does_not(tmp_p
 @needs_vllm
 @pytest.mark.slow
 @pytest.mark.vllm
+@pytest.mark.exhaustive
 def test_the_committed_bounds_pass_vllm_on_an_unseen_seed(tmp_path):
     seed = str(CHECK_SEEDS.stop)
     report = tmp_path / "check.md"

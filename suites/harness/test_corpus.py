@@ -30,8 +30,22 @@ MUTANTS = corpus_mutants(RECORDS)
 TEST_NAME = "test_mutant_fails_exactly_its_pinned_checks"
 
 
+#: The mutants the default run puts back, one per bug class the corpus began with (a tensor's
+#: truth value, an input dropped by routing, a deep copy of a live config through the reference
+#: and through vLLM's file); the slow tier runs every one.
+DEFAULT_TIER = frozenset(
+    {
+        "vllm-file:image-embeds-walrus-truthiness",
+        "vllm-file:video-embeds-not-routed",
+        "reference-mutant:deepcopy-live-config",
+    }
+)
+
+
 def _param(mutant: CorpusMutant) -> object:
     marks = [pytest.mark.slow]
+    if mutant.key not in DEFAULT_TIER:
+        marks.append(pytest.mark.exhaustive)
     if mutant.kind == "vllm-file":
         marks += [pytest.mark.vllm, needs_vllm]
     return pytest.param(mutant, id=mutant.key, marks=marks)
@@ -75,6 +89,10 @@ def test_mutant_fails_exactly_its_pinned_checks(corpus_runs, mutant):
         assert reason in run.outcome(check)["reason"], (check, run.outcome(check)["reason"])
     assert run.outcomes("xpass") == mutant.xpass
     assert run.outcomes("error") == set()
+
+
+def test_the_default_tiers_mutants_are_in_the_corpus():
+    assert {mutant.key for mutant in MUTANTS} >= DEFAULT_TIER
 
 
 def test_every_mutant_is_in_the_corpus():

@@ -25,7 +25,7 @@ from harness.jobs.runtimes import ENGINE_PYTHON_ENV, engine_python
 from harness.mutation.file_mutants import write_mutant
 from suites.harness.helpers import ROOT, needs_vllm
 
-pytestmark = [pytest.mark.slow, needs_vllm]
+pytestmark = [pytest.mark.slow, pytest.mark.exhaustive, needs_vllm]
 
 #: Its request reaches the image parser in the engine's worker (the forward).
 HANGS = "suites/engine/test_forward.py::test_prompt_logprobs_match_the_reference[images-pil]"

@@ -39,6 +39,7 @@ from harness.model_files import installed_model_file
 from harness.mutation.file_mutants import FAULTS, write_mutant
 from suites.harness.helpers import (
     ROOT,
+    in_the_slow_tier,
     needs_vllm,
     one_thread_env,
     selected_tests,
@@ -267,7 +268,12 @@ IN_CHECK_FAULTS = {
 }
 
 
-@pytest.mark.parametrize("fault", sorted(IN_CHECK_FAULTS))
+#: The fault the default run injects (a crash: the restart and the incident it proves are those
+#: every fault goes through); the slow tier injects every one.
+DEFAULT_TIER_FAULT = "image-parser-segfaults"
+
+
+@pytest.mark.parametrize("fault", in_the_slow_tier(sorted(IN_CHECK_FAULTS), [DEFAULT_TIER_FAULT]))
 def test_a_fault_in_a_check_fails_it_and_the_run_goes_on(
     main_jobs: dict[Job, MainJob], fault: str
 ) -> None:
@@ -303,7 +309,7 @@ def test_a_fault_in_a_check_fails_it_and_the_run_goes_on(
     ("fault", "cause"),
     [
         ("import-raises", "RuntimeError: fault injected at import"),
-        ("syntax-error", ":10: syntax error: "),
+        pytest.param("syntax-error", ":10: syntax error: ", marks=pytest.mark.exhaustive),
     ],
 )
 def test_a_module_that_cannot_import_stops_its_target_with_the_cause(
@@ -316,6 +322,7 @@ def test_a_module_that_cannot_import_stops_its_target_with_the_cause(
     assert not job.target["incidents"]
 
 
+@pytest.mark.exhaustive
 def test_restarts_run_out_and_the_run_is_incomplete(main_jobs: dict[Job, MainJob]) -> None:
     job = main_jobs[RESTARTS_RUN_OUT]
     assert job.returncode == 2, job.output[-3000:]
@@ -333,6 +340,7 @@ def test_restarts_run_out_and_the_run_is_incomplete(main_jobs: dict[Job, MainJob
     assert (faulty["outcome"], faulty["runs_on"]) == ("error", "real model"), faulty
 
 
+@pytest.mark.exhaustive
 def test_after_a_timeout_the_checks_run_under_a_derived_limit(
     main_jobs: dict[Job, MainJob],
 ) -> None:

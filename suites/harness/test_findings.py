@@ -36,6 +36,7 @@ def test_every_reproduction_is_cited_by_a_deviation():
     assert not uncited, f"reproductions no deviation cites: {uncited}"
 
 
+@pytest.mark.exhaustive
 def test_every_reproduction_reproduces():
     try:
         metadata.version("vllm")
@@ -58,21 +59,39 @@ def test_every_reproduction_reproduces():
     assert not incomplete, f"issue texts missing or incomplete: {incomplete}"
 
 
-@pytest.mark.slow
-def test_every_engine_reproduction_reproduces_on_the_cpu_build():
-    """The engine's and the server's reproductions in the CPU build's environment
-    (``.nox/engine``), where its engine runs: each reproduced (about a minute each: each builds
-    an engine or starts a server)."""
+#: The finding the default run reproduces through vLLM's server, as a user meets it (one server,
+#: one request: 31 s on 2 cores); the slow tier reproduces every one.
+THROUGH_THE_SERVER = "server_thin_image"
+
+
+def _reproduced_in_the_engine_environment(scripts: list[Path]) -> None:
+    """Each of ``scripts`` run in the CPU build's environment (``.nox/engine``), where its
+    engine runs: each reproduced."""
     from harness.jobs.runtimes import engine_python
 
     python = engine_python()
     if python is None:
         pytest.skip("no CPU build environment (.nox/engine): nox -s tests builds it")
-    assert ENGINE_SCRIPTS, "no reproduction of vLLM's engine under reports/findings"
-    runs = findings.run_all(ENGINE_SCRIPTS, python=str(python))
+    assert scripts, "no reproduction of vLLM's engine under reports/findings"
+    runs = findings.run_all(scripts, python=str(python))
     assert [(run.name, run.status) for run in runs] == [
-        (p.stem, findings.Status.REPRODUCED) for p in ENGINE_SCRIPTS
+        (p.stem, findings.Status.REPRODUCED) for p in scripts
     ], [run.said for run in runs]
+
+
+@pytest.mark.slow
+def test_a_finding_reproduces_through_the_server():
+    """One finding through ``vllm serve`` on 127.0.0.1, its process group stopped after."""
+    (script,) = [p for p in ENGINE_SCRIPTS if p.stem == THROUGH_THE_SERVER]
+    _reproduced_in_the_engine_environment([script])
+
+
+@pytest.mark.slow
+@pytest.mark.exhaustive
+def test_every_engine_reproduction_reproduces_on_the_cpu_build():
+    """The engine's and the server's reproductions (about half a minute each: each builds an
+    engine or starts a server)."""
+    _reproduced_in_the_engine_environment(ENGINE_SCRIPTS)
 
 
 def test_the_table_says_reproduced_fixed_or_broken():

@@ -258,6 +258,7 @@ def test_a_seeded_bug_is_a_regression_with_its_rerun_command(gate_runs):
     assert "Unchanged: 9 checks (9 pass)." in markdown
 
 
+@pytest.mark.exhaustive
 def test_a_fixed_known_deviation_is_good_news(gate_runs):
     run = gate_runs["test_a_fixed_known_deviation_is_good_news"]
     proc, report = run.proc, run.report
@@ -291,6 +292,7 @@ def test_an_unrelated_change_exits_0_without_running(checkout, tmp_path):
     assert "fixtures/gate_scope.json" in markdown
 
 
+@pytest.mark.exhaustive
 def test_a_file_that_needs_a_newer_vllm_exits_2_saying_so(gate_runs):
     run = gate_runs["test_a_file_that_needs_a_newer_vllm_exits_2_saying_so"]
     proc, report = run.proc, run.report
@@ -314,6 +316,7 @@ def test_a_bad_revision_exits_2_naming_it(checkout, tmp_path):
     assert report is None
 
 
+@pytest.mark.exhaustive
 def test_a_shared_file_the_checks_run_is_gated_and_grouped(gate_runs):
     """A change to a file outside the model's seven, which the scope table says the checks run:
     gated, its functions' checks first, its regressions in one group charged to its line."""
@@ -368,6 +371,7 @@ def test_the_engine_leg_judges_the_change_where_users_serve_it(gate_runs):
 
 
 @needs_engine_environment
+@pytest.mark.exhaustive
 def test_a_file_only_the_engine_runs_is_gated_by_the_engine_leg_alone(gate_runs):
     """A change to vLLM's sampler, which the engine leg's measured scope holds and the
     conformance checks never run: gated, the conformance leg left out saying why, the engine

@@ -153,6 +153,7 @@ def test_the_fix_is_judged_by_every_pinned_failure_fixed_and_no_regression():
 @pytest.mark.vllm
 @pytest.mark.slow
 @needs_vllm
+@pytest.mark.exhaustive
 def test_the_gate_gives_the_corpus_verdicts_on_56398_both_ways(tmp_path):
     """The real gate, both directions, on the pre-#56398 file and the installed one: the fix
     exits 0, the bug 1 with exactly the corpus's pinned failures, in groups by cause."""

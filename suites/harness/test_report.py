@@ -172,6 +172,7 @@ def _main_job(out, *args):
 @needs_vllm
 @pytest.mark.slow
 @pytest.mark.vllm
+@pytest.mark.exhaustive
 def test_targets_side_by_side_give_the_results_they_give_one_after_the_other(tmp_path):
     """The main job runs its targets at the same time (--jobs, by default one per target up to
     the cores), each process forked from a server that imported torch and vLLM once: every

@@ -157,6 +157,7 @@ DERIVED_S = 1.0
 SLOW_S = 3.5  # past the derived limit, well within the full one
 
 
+@pytest.mark.exhaustive
 def test_past_the_derived_limit_only_the_same_hang_is_killed(tmp_path: Path) -> None:
     """After the first hang (the full limit), a check past the derived limit somewhere else
     keeps the full limit and passes; the same hang again is killed at the derived limit; each

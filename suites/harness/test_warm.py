@@ -127,6 +127,7 @@ def test_a_kept_server_serves_the_next_jobs_until_it_is_retired(folder, checks):
 
 
 @pytest.mark.slow  # servers preload and end: 3 to 10 s
+@pytest.mark.exhaustive
 def test_a_server_outlives_its_idle_time_while_a_job_holds_it_then_ends(folder, checks):
     with warm_servers(["torch"], 2 / 60, folder=folder) as (started, _):  # 2 s
         server = started["torch"]
@@ -147,6 +148,7 @@ def test_a_server_outlives_its_idle_time_while_a_job_holds_it_then_ends(folder, 
 
 
 @pytest.mark.slow  # servers preload and end: 3 to 10 s
+@pytest.mark.exhaustive
 def test_a_server_retired_while_it_preloads_serves_its_job_then_ends(folder, checks):
     with warm_servers(["torch"], 1.0, folder=folder) as (started, _):
         server = started["torch"]
@@ -160,6 +162,7 @@ def test_a_server_retired_while_it_preloads_serves_its_job_then_ends(folder, che
 
 
 @pytest.mark.slow  # servers preload and end: 3 to 10 s
+@pytest.mark.exhaustive
 def test_a_server_whose_imported_file_changed_is_retired_and_replaced(folder, checks, tmp_path):
     with warm_servers(["torch"], 1.0, folder=folder) as (started, _):
         old = started["torch"]
