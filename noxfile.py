@@ -216,26 +216,23 @@ DEFAULT_TIER = f"{ELSEWHERE} and not exhaustive"
 #: The test run's two streams, run side by side, each a fixed sequence of pytest runs (JUnit XML
 #: file, arguments), balanced by their measured times (fixtures/test_budget.toml). The first
 #: takes the end-to-end tests (``slow``: main jobs, gates, kill matrices and fault runs in
-#: processes of their own, many at a time), then the conformance suites on the installed vLLM
-#: and on the reference; the second the harness's unit tests and the reference's own, then the
-#: engine and server checks on vLLM's CPU build.
+#: processes of their own, many at a time), then the conformance suites on the installed vLLM,
+#: then on the reference with the reference's own checks; the second the harness's unit tests,
+#: then the engine and server checks on vLLM's CPU build.
 TEST_STREAMS: dict[str, list[tuple[str, list[str]]]] = {
     "end-to-end": [
         ("junit-tests-end-to-end.xml", ["suites", "-m", f"slow and {DEFAULT_TIER}"]),
         ("junit-tests-vllm.xml", ["suites/conformance", "--target=vllm", "-m", DEFAULT_TIER]),
         (
             "junit-tests-reference.xml",
-            ["suites/conformance", "-m", f"not slow and {DEFAULT_TIER}"],
-        ),
-    ],
-    "the rest": [
-        (
-            "junit-tests.xml",
             [
-                *("suites/harness", "suites/reference", "suites/gpu"),
+                *("suites/conformance", "suites/reference", "suites/gpu"),
                 *("-m", f"not slow and {DEFAULT_TIER}"),
             ],
         ),
+    ],
+    "the rest": [
+        ("junit-tests.xml", ["suites/harness", "-m", f"not slow and {DEFAULT_TIER}"]),
         (
             "junit-tests-engine.xml",
             ["suites/engine", "suites/server", "--target=vllm-engine", "-m", DEFAULT_TIER],
@@ -388,7 +385,7 @@ def tests(session: nox.Session) -> None:
     conftest.py)."""
     REPORTS.mkdir(exist_ok=True)
     run_streams(session, TEST_STREAMS)
-    check_timings(session)
+    check_timings(session, "tests")
 
 
 @nox.session(name="tests-slow", venv_backend="none")
@@ -400,12 +397,13 @@ def tests_slow(session: nox.Session) -> None:
     touches it is closed."""
     REPORTS.mkdir(exist_ok=True)
     run_streams(session, SLOW_TIER_STREAMS)
-    check_timings(session)
+    check_timings(session, "tests-slow")
 
 
-def check_timings(session: nox.Session) -> None:
-    """The run's JUnit files against fixtures/test_budget.toml: fails naming each stream and
-    module past its share. Not after a run narrowed by the session's arguments."""
+def check_timings(session: nox.Session, name: str) -> None:
+    """The JUnit files of session ``name``'s streams against fixtures/test_budget.toml: fails
+    naming each stream and module past its share. Not after a run narrowed by the session's
+    arguments."""
     if session.posargs:
         session.log("timings not checked: the session's arguments narrowed the run")
         return
@@ -414,7 +412,7 @@ def check_timings(session: nox.Session) -> None:
         "-m",
         "pytest",
         *TIMINGS_CHECK,
-        env=CPU_ENV,
+        env={**CPU_ENV, "NEMOTRON_VL_TIMINGS_SESSION": name},
         external=True,
     )
 

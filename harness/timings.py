@@ -189,13 +189,32 @@ class Overrun:
         return f"{self.what}: {self.took_s:.0f} s, past its {self.allowed_s:.0f} s"
 
 
-def overruns(budget: Budget, folder: Path, family: str) -> tuple[list[Overrun], list[str]]:
-    """Each stream whose JUnit files under ``folder`` took longer than its budget, and each
-    module past its share, both scaled to a ``family`` machine; and the JUnit files read."""
+#: The session whose streams a check of the timings reads (``tests``, ``tests-slow``; unset:
+#: every stream's files found), set by nox for the check it runs after a session's streams.
+SESSION_ENV = "NEMOTRON_VL_TIMINGS_SESSION"
+
+
+def streams_of(budget: Budget, session: str | None) -> list[Stream]:
+    """The streams of ``session`` (every stream for ``None``)."""
+    if session is None:
+        return list(budget.streams.values())
+    if session not in budget.sessions:
+        raise BudgetError(
+            f"{SESSION_ENV}: expected one of {sorted(budget.sessions)}, got {session!r}"
+        )
+    return [budget.streams[name] for name in budget.sessions[session]]
+
+
+def overruns(
+    budget: Budget, folder: Path, family: str, session: str | None = None
+) -> tuple[list[Overrun], list[str]]:
+    """Each stream of ``session`` whose JUnit files under ``folder`` took longer than its
+    budget, and each module past its share, both scaled to a ``family`` machine; and the JUnit
+    files read."""
     factor = budget.factor(family)
     found: list[Overrun] = []
     read: list[str] = []
-    for stream in budget.streams.values():
+    for stream in streams_of(budget, session):
         times = [read_junit(folder / run) for run in stream.runs if (folder / run).is_file()]
         if not times:
             continue
@@ -210,11 +229,13 @@ def overruns(budget: Budget, folder: Path, family: str) -> tuple[list[Overrun], 
     return found, read
 
 
-def stream_times(budget: Budget, folder: Path) -> list[tuple[str, float, float]]:
-    """Each stream whose JUnit files lie under ``folder``: its name, its seconds and its
-    budget's (on the machine the budget is written for)."""
+def stream_times(
+    budget: Budget, folder: Path, session: str | None = None
+) -> list[tuple[str, float, float]]:
+    """Each stream of ``session`` whose JUnit files lie under ``folder``: its name, its seconds
+    and its budget's (on the machine the budget is written for)."""
     found = []
-    for stream in budget.streams.values():
+    for stream in streams_of(budget, session):
         times = [read_junit(folder / run) for run in stream.runs if (folder / run).is_file()]
         if times:
             found.append((stream.name, round(sum(t.session_s for t in times), 1), stream.budget_s))

@@ -5,6 +5,7 @@ other tests here prove that reading on JUnit files written by hand."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ from harness import ROOT
 from harness.machine import cpu_family
 from harness.timings import (
     BUDGET_FILE,
+    SESSION_ENV,
     BudgetError,
     load_budget,
     module_of,
@@ -83,6 +85,20 @@ def test_a_stream_past_its_budget_is_named(tmp_path, budget_file):
     junit(tmp_path / "b.xml", 40, [("suites.harness.test_big", 1)])
     found, _ = overruns(load_budget(budget_file), tmp_path, "avx512")
     assert [str(o) for o in found] == ["stream 'one': 110 s, past its 100 s"]
+
+
+def test_a_sessions_check_reads_its_own_streams_alone(tmp_path, budget_file):
+    # Another session's stream past its share, left by an earlier run: not this session's.
+    budget_file.write_text(
+        BUDGET.replace('tests = ["one"]', 'tests = ["one"]\nother = ["two"]')
+        + '[stream.two]\nruns = ["c.xml"]\nbudget_s = 1\ndefault_share_s = 1\n'
+    )
+    junit(tmp_path / "c.xml", 50, [("suites.harness.test_small", 50)])
+    budget = load_budget(budget_file)
+    assert overruns(budget, tmp_path, "avx512", "tests") == ([], [])
+    assert len(overruns(budget, tmp_path, "avx512", "other")[0]) == 2
+    with pytest.raises(BudgetError, match=r"expected one of \['other', 'tests'\], got 'nox'"):
+        overruns(budget, tmp_path, "avx512", "nox")
 
 
 def test_a_class_of_tests_counts_against_its_module():
@@ -164,11 +180,12 @@ def test_the_last_test_run_kept_its_budget():
     machine's CPU family. The ten slowest modules are printed (``-s``) for the record."""
     budget = load_budget(BUDGET_FILE)
     family = cpu_family()
-    found, read = overruns(budget, REPORTS, family)
+    session = os.environ.get(SESSION_ENV)  # the session nox just ran; else every stream
+    found, read = overruns(budget, REPORTS, family, session)
     if not read:
         pytest.skip("no JUnit file of a test run under reports/: nox -s tests writes them first")
     print(f"\nthis machine: {family} (the budget's times x {budget.factor(family)})")
-    for stream, seconds, allowed in stream_times(budget, REPORTS):
+    for stream, seconds, allowed in stream_times(budget, REPORTS, session):
         print(f"{seconds:8.1f} s  stream {stream!r} (budget {allowed:.0f} s)")
     print("the ten slowest modules:")
     for module, seconds in slowest_modules(REPORTS, read):
