@@ -39,7 +39,7 @@ import nox
 
 ROOT = Path(__file__).resolve().parent
 SHARED_ENV = ROOT / ".nox" / "shared"
-SHARED_EXTRAS = "test,vllm,dev"
+SHARED_EXTRAS = "test,dev"
 #: The engine's environment: the CPU build of vLLM (its compiled CPU kernels run its language
 #: model, scheduler and caches here), which pins a torch of its own and so cannot share the
 #: first one. What the main job and the tests run the `vllm-engine` target in.
@@ -54,6 +54,9 @@ REPORTS = ROOT / "reports"
 _ENVIRONMENT = runpy.run_path(str(ROOT / "harness" / "environment.py"))
 #: The main job's sharing of the cores (standard library only), shared by the test run's streams.
 _CORES = runpy.run_path(str(ROOT / "harness" / "jobs" / "cores.py"))
+#: How a vLLM release and the harness are installed together (standard library only): the
+#: shared environment holds the `vllm` target's release (fixtures/release_overrides.toml).
+_RELEASES = runpy.run_path(str(ROOT / "harness" / "release_environments.py"))
 CPU_ENV = {**_ENVIRONMENT["CPU"], "PYTHONHASHSEED": "0"}
 
 #: The workflow auditor, and how the lint runs it: no finding at medium severity or above, under
@@ -76,30 +79,28 @@ nox.options.reuse_venv = "yes"
 
 
 def shared_python(session: nox.Session) -> str:
-    """The shared environment's Python, created or updated when ``pyproject.toml`` changed."""
+    """The shared environment's Python, created or updated when ``pyproject.toml`` or the
+    default release's entry in ``fixtures/release_overrides.toml`` changed."""
     python = SHARED_ENV / "bin" / "python"
-    stamp = SHARED_ENV / ".harness-install-stamp"
-    wanted = hashlib.sha256(
-        (ROOT / "pyproject.toml").read_bytes() + SHARED_EXTRAS.encode()
-    ).hexdigest()
+    releases = _RELEASES["load_releases"]()
+    release = releases.default
+    override = releases.override(release)
     if not python.exists():
         session.log(f"creating the shared environment {SHARED_ENV}")
         session.run(sys.executable, "-m", "venv", str(SHARED_ENV), external=True)
-    if not stamp.is_file() or stamp.read_text().strip() != wanted:
-        session.log("installing the harness with torch and vLLM (once; reused by later runs)")
+    if not _RELEASES["is_current"](SHARED_ENV, release, override, SHARED_EXTRAS):
+        session.log(
+            f"installing the harness with vLLM {release} and torch (once; reused by later runs)"
+        )
         session.run(str(python), "-m", "pip", "install", "--upgrade", "pip", external=True)
-        session.run(
-            str(python),
-            "-m",
-            "pip",
-            "install",
-            "--quiet",
-            # pip byte-compiles what it installs one file at a time (30,000 files, 460 MB of
-            # source in torch, vLLM, transformers and the rest): compiled below on every core.
-            "--no-compile",
-            "-e",
-            f".[{SHARED_EXTRAS}]",
-            external=True,
+        # pip byte-compiles what it installs one file at a time (30,000 files, 460 MB of
+        # source in torch, vLLM, transformers and the rest): compiled below on every core.
+        _RELEASES["install"](
+            python,
+            release,
+            override,
+            lambda command: session.run(*command, external=True),
+            extras=SHARED_EXTRAS,
         )
         # Compiled now, next to the sources as pip writes them: a process only reads bytecode
         # where PYTHONDONTWRITEBYTECODE is set (as on many CI machines and containers), and
@@ -129,7 +130,7 @@ def shared_python(session: nox.Session) -> str:
             env={**CPU_ENV, "MYPY_NUM_WORKERS": str(os.cpu_count() or 1)},
             external=True,
         )
-        stamp.write_text(wanted + "\n")
+        _RELEASES["stamp"](SHARED_ENV, release, override, SHARED_EXTRAS)
     else:
         session.log(f"reusing the shared environment {SHARED_ENV}")
     return str(python)
@@ -436,9 +437,11 @@ def conformance(session: nox.Session) -> None:
 
 @nox.session(venv_backend="none")
 def releases(session: nox.Session) -> None:
-    """The release matrix: every pinned deviation and every finding with a status column per
-    installed vLLM release (reports/releases/releases.{md,json}; the conformance run on each
-    release's targets beside it). Arguments after `--` go to `nemotron-vl-releases`."""
+    """The release matrix: every check, pinned deviation and finding with a status column per
+    vLLM release (reports/releases/releases.{md,json}; the conformance run on each release's
+    targets beside it). ``nox -s releases -- 0.34.0 0.33.0`` names the releases, each built
+    from the package index into an environment of its own and kept; without names, the
+    installed ones. Arguments after `--` go to `nemotron-vl-releases`."""
     _, engine = both_environments(session)
     command(session, "nemotron-vl-releases", env={"NEMOTRON_VL_ENGINE_PYTHON": engine})
 

@@ -23,6 +23,9 @@ layers of ``[tool.importlinter]`` in ``pyproject.toml``, checked by ``lint-impor
 - ``runs_on``: what a check runs on (a request, a real model, the LoRA manager, the processing
   info, functions): the one vocabulary of targets, results and the report.
 - ``environment``: the process environment every run needs.
+- ``release_environments``: a vLLM release's environment built from the package index (its own
+  requirements, with the documented omissions of ``fixtures/release_overrides.toml``), and the
+  installed release read without importing vLLM.
 - ``toml_tables``: the reader of the TOML fixtures (known deviations, unreached lines, config
   fields' reasons).
 - ``machine``: the CPU family a run's numbers depend on (AMX, AVX-512, AVX2), read from its

@@ -11,6 +11,11 @@ One TOML file per target under ``fixtures/deviations/`` (``reference.toml``, ``v
                                           # exception type depends on the input)
     match = "data contains inconsistent"  # a regular expression its message must contain
     reach = "direct call"                 # how a user reaches it: see REACHES
+    releases = ">=0.34.0"                 # optional: the vLLM releases it applies to
+
+A deviation whose cause differs between releases (a crash in one, a wrong value in the next)
+is two entries for the same check, one ``releases = "<X"`` and one ``releases = ">=X"``; a
+target applies the entries whose range holds its installed vLLM (:func:`load_deviations`).
 
 The cause is pinned: the check is an expected failure only while it fails with that exception
 type and a message matching ``match`` (searched, ``^`` and ``$`` anchoring at every line, in
@@ -32,6 +37,7 @@ from typing import TYPE_CHECKING
 
 from harness import ROOT
 from harness.problems import Problems
+from harness.release_environments import installed_release, release_numbers
 from harness.toml_tables import string_tables
 
 if TYPE_CHECKING:
@@ -64,6 +70,19 @@ class Deviation:
     #: The shape of the requests the bug reaches (:data:`harness.inputs.shapes.REQUEST_SHAPES`):
     #: where set, a drawn request of that shape that fails with this cause is this bug's.
     drawn: str | None = None
+    #: The vLLM releases it applies to (``"<0.34.0"``, ``">=0.34.0"``); None: every release.
+    releases: str | None = None
+
+    def applies_to(self, release: str | None) -> bool:
+        """Whether the entry applies to vLLM ``release`` (None: no vLLM installed, where only
+        entries for every release apply)."""
+        if self.releases is None:
+            return True
+        if release is None:
+            return False
+        bound = release_numbers(self.releases.lstrip("<>="))
+        below = release_numbers(release) < bound
+        return below if self.releases.startswith("<") else not below
 
     @property
     def types(self) -> frozenset[str]:
@@ -153,13 +172,26 @@ def deviations_path(name: str) -> Path:
     return DEVIATIONS_DIR / f"{name}.toml"
 
 
-def load_deviations(path: Path) -> dict[str, Deviation]:
-    """Entries of a deviation file by check id; a missing file means none."""
+#: A release range of an entry: below a release, or from it on.
+RELEASE_RANGE = re.compile(r"^(<|>=)\d+(\.\d+)*$")
+_INSTALLED = "installed"
+
+
+def load_deviations(path: Path, release: str | None = _INSTALLED) -> dict[str, Deviation]:
+    """The entries of a deviation file that apply to vLLM ``release`` (by default the
+    installed one), by check id; a missing file means none."""
+    if release == _INSTALLED:
+        release = installed_release()
+    return {d.check: d for d in all_deviations(path) if d.applies_to(release)}
+
+
+def all_deviations(path: Path) -> list[Deviation]:
+    """Every entry of a deviation file, each release's included; a missing file means none."""
     if not path.is_file():
-        return {}
-    entries: dict[str, Deviation] = {}
+        return []
+    entries: dict[tuple[str, str | None], Deviation] = {}
     keys = frozenset({"check", "reason", "raises", "match", "reach"})
-    optional = frozenset({"drawn"})
+    optional = frozenset({"drawn", "releases"})
     for where, entry in string_tables(path, "deviation", keys, DeviationFileError, optional):
         check, reason = entry["check"], entry["reason"]
         raises, match = entry["raises"], entry["match"]
@@ -189,13 +221,33 @@ def load_deviations(path: Path) -> dict[str, Deviation]:
             raise DeviationFileError(
                 f"{where}: reach: expected one of {list(REACHES)}, got {reach!r}"
             )
-        if check in entries:
-            raise DeviationFileError(f"{where}: check {check!r} is listed twice")
+        releases = entry.get("releases")
+        if releases is not None and not RELEASE_RANGE.match(releases):
+            raise DeviationFileError(
+                f"{where}: releases: expected '<X' or '>=X' with X a vLLM version such as "
+                f"0.34.0, got {releases!r}"
+            )
+        others = [r for (c, r) in entries if c == check]
+        if others and not _split_at_one_release([*others, releases]):
+            raise DeviationFileError(
+                f"{where}: check {check!r} is listed twice (two entries for one check must "
+                "apply to releases on either side of one version: releases = '<X' and '>=X')"
+            )
         drawn = entry.get("drawn")
         if drawn is not None and drawn not in _shape_names():
             raise DeviationFileError(
                 f"{where}: drawn: expected a request shape of {sorted(_shape_names())}, got "
                 f"{drawn!r}"
             )
-        entries[check] = Deviation(check, reason.strip(), raises, match, reach, drawn)
-    return entries
+        entries[(check, releases)] = Deviation(
+            check, reason.strip(), raises, match, reach, drawn, releases
+        )
+    return list(entries.values())
+
+
+def _split_at_one_release(ranges: list[str | None]) -> bool:
+    """Whether two entries' ranges are ``<X`` and ``>=X`` for one ``X``."""
+    if len(ranges) != 2 or None in ranges:
+        return False
+    first, second = sorted(r for r in ranges if r is not None)
+    return first.startswith("<") and second.startswith(">=") and first[1:] == second[2:]

@@ -276,6 +276,14 @@ def render_markdown(report: Report) -> str:
     for t in targets:
         if t["problem"]:
             lines += ["", f"**`{t['selector']}` {t['status']}:** {t['problem']}"]
+    adapted = [(t, a) for t in targets for a in (t["identity"] or {}).get("adaptations") or []]
+    if adapted:
+        lines += ["", "Adapted so that the release runs on this machine:", ""]
+        lines += [
+            f"- `{t['selector']}`: **{a['name']}**: {a['what']}. What the checks compare is "
+            f"unchanged: {a['why_unchanged']}."
+            for t, a in adapted
+        ]
     reused = [t for t in targets if t.get("reused")]
     if reused:
         lines += ["", "Not run again (`harness/jobs/kept.py`; `--rerun` runs them):", ""]

@@ -63,9 +63,17 @@ class TargetIdentity:
     name: str
     version: str
     files: dict[str, str] = field(default_factory=dict)  # path -> sha256
+    #: What the harness changed so that the release runs here (name, what, why_unchanged):
+    #: :func:`harness.targets.vllm.runtime.adapt_cpu_platform`; none for most targets.
+    adaptations: tuple[dict[str, str], ...] = ()
 
     def as_dict(self) -> dict[str, object]:
-        return {"name": self.name, "version": self.version, "files": dict(self.files)}
+        return {
+            "name": self.name,
+            "version": self.version,
+            "files": dict(self.files),
+            "adaptations": [dict(a) for a in self.adaptations],
+        }
 
 
 def sha256_of(path: Path) -> str:

@@ -16,7 +16,8 @@ folder's config, never from the target:
   platform's block alignment whose page holds one Mamba state, and the Mamba page is padded to
   that page: ``block = a * ceil(mamba_page / (a * attention_bytes_per_token))`` with
   ``a = max(kernel block multiple, default block)`` (vLLM's platforms: CUDA's default attention
-  backends 16 and 16, the CPU's 32 and 128), ``padded = block * attention_bytes_per_token``;
+  backends 16 and 16, 16 and 64 from vLLM 0.34.0, the CPU's 32 and 128),
+  ``padded = block * attention_bytes_per_token``;
 - prefix caching on: one Mamba state per block ("align"); off: one per request (the context).
 
 vLLM issue #24280 is the class of surprise this pins: a hybrid model's attention block of 672
@@ -33,12 +34,24 @@ import torch
 
 from harness.checkpoints.serving import ServingConfig
 from harness.checkpoints.spec import ModelSpec
+from harness.release_environments import installed_release, release_numbers
 
 pytestmark = pytest.mark.concern("model")
 
 BYTES = {torch.float32: 4, torch.bfloat16: 2, torch.float16: 2}
-#: (kernel block multiple, default block) of each platform's attention backend.
+#: (kernel block multiple, default block) of each platform's attention backend. vLLM 0.34.0
+#: raised the default block (``CacheConfig.DEFAULT_BLOCK_SIZE``) from 16 to 64 tokens, which
+#: CUDA's Triton and FlashAttention backends take as the alignment; the CPU's is its own, 128.
 ALIGNMENT = {"engine": (32, 128), "cuda": (16, 16)}
+ALIGNMENT_FROM_0_34 = {"engine": (32, 128), "cuda": (16, 64)}
+
+
+def alignment(platform: str) -> tuple[int, int]:
+    """The platform's (kernel block multiple, default block) on the installed vLLM release."""
+    release = release_numbers(installed_release() or "0")
+    return (ALIGNMENT_FROM_0_34 if release >= (0, 34) else ALIGNMENT)[platform]
+
+
 SPEC = ModelSpec()
 
 CONFIGS = [
@@ -72,7 +85,7 @@ def expected_layout(serving: ServingConfig, platform: str) -> dict[str, object]:
     mamba_page = conv_dim * window * BYTES[served] + heads * head_dim * state * BYTES[ssm]
     kv_bytes = 1 if serving.kv_cache_dtype.startswith("fp8") else BYTES[served]
     per_token = 2 * text.num_key_value_heads * text.head_dim * kv_bytes
-    multiple, default = ALIGNMENT[platform]
+    multiple, default = alignment(platform)
     align = max(multiple, default)
     block = align * math.ceil(mamba_page / (align * per_token))
     prefix = serving.enable_prefix_caching

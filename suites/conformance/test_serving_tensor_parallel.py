@@ -211,7 +211,10 @@ def vision_proj(name: str, shape: torch.Size, s: Sizes, tp: int) -> Layout:
 
 
 LM_LAYER = r"language_model\.model\.layers\.\d+\."
-VISION_LAYER = r"vision_model\.model\.encoder\.layers\.\d+\."
+#: RADIO's blocks: ``model.encoder.layers.N`` before vLLM 0.34.0, Transformers' tree
+#: ``encoder.layer.N`` (``attention`` for ``attn``, ``layer_scale1.lambda1`` for ``ls1``) from it.
+VISION_LAYER = r"vision_model\.(model\.encoder\.layers|encoder\.layer)\.\d+\."
+ATTN = r"(attn|attention)"
 Rule = Callable[[str, torch.Size, Sizes, int], Layout]
 #: (vLLM parameter-name pattern, rule): every parameter must match exactly one.
 RULES: list[tuple[str, Rule]] = [
@@ -227,14 +230,14 @@ RULES: list[tuple[str, Rule]] = [
     (LM_LAYER + r"mixer\.(out_proj|o_proj|down_proj)\.bias", replicated),
     (LM_LAYER + r"mixer\.qkv_proj\.weight", attention_qkv),
     (LM_LAYER + r"mixer\.up_proj\.(weight|bias)", column),
-    (r"vision_model\.model\.patch_generator\..+", replicated),
-    (VISION_LAYER + r"attn\.qkv\.(weight|bias)", vision_qkv),
-    (VISION_LAYER + r"attn\.proj\.weight", vision_proj),
+    (r"vision_model\.(model\.patch_generator|embeddings)\..+", replicated),
+    (VISION_LAYER + ATTN + r"\.qkv\.(weight|bias)", vision_qkv),
+    (VISION_LAYER + ATTN + r"\.proj\.weight", vision_proj),
     (VISION_LAYER + r"mlp\.fc1\.(weight|bias)", column),
     (VISION_LAYER + r"mlp\.fc2\.weight", row),
-    (VISION_LAYER + r"(attn\.proj|mlp\.fc2)\.bias", replicated),
+    (VISION_LAYER + r"(" + ATTN + r"\.proj|mlp\.fc2)\.bias", replicated),
     (VISION_LAYER + r"(norm1|norm2)\.(weight|bias)", replicated),
-    (VISION_LAYER + r"ls[12]", replicated),
+    (VISION_LAYER + r"(ls[12]|layer_scale[12]\.lambda1)", replicated),
     (r"mlp1\..+", replicated),
     (r"sound_encoder\..+", replicated),
 ]
@@ -260,10 +263,35 @@ def layout(name: str, shape: torch.Size, s: Sizes, tp: int) -> Layout:
 # The unsharded tensor each parameter holds, from the checkpoint
 
 
+#: vLLM 0.34.0's names of RADIO's embedding parameters, and the earlier releases'.
+RADIO_EMBEDDINGS = {
+    "position_embedding": "pos_embed",
+    "patch_projection.": "embedder.",
+    "video_patch_projection.": "video_embedder.",
+    "cls_register_token": "cls_token.token",
+}
+
+
+def radio_name_before_0_34(name: str) -> str:
+    """A RADIO parameter's name in the earlier releases' tree (the checkpoint's, under
+    ``model.``), from vLLM 0.34.0's Transformers tree; any other name as it is."""
+    if name.startswith("vision_model.encoder.layer."):
+        rest = name.removeprefix("vision_model.encoder.layer.").replace(".attention.", ".attn.")
+        rest = re.sub(r"\.layer_scale([12])\.lambda1$", r".ls\1", rest)
+        return "vision_model.model.encoder.layers." + rest
+    if name.startswith("vision_model.embeddings."):
+        part = name.removeprefix("vision_model.embeddings.")
+        for ours, theirs in RADIO_EMBEDDINGS.items():
+            if part.startswith(ours):
+                return "vision_model.model.patch_generator." + theirs + part.removeprefix(ours)
+    return name
+
+
 def unsharded(name: str, checkpoint: dict[str, torch.Tensor], s: Sizes) -> torch.Tensor:
     """The checkpoint tensor(s) vLLM's parameter ``name`` holds whole at TP = 1 (fused q/k/v,
     ``A = -exp(A_log)``, the vocabulary padded with zero rows); RADIO's layer scales are
     identity (no checkpoint tensor)."""
+    name = radio_name_before_0_34(name)
     if name.startswith("language_model.model."):
         source = "language_model.backbone." + name.removeprefix("language_model.model.")
         source = source.replace(".embed_tokens.", ".embeddings.")

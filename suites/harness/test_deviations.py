@@ -208,3 +208,45 @@ def test_committed_deviations_match_existing_checks(name):
     assert set(deviations) <= set(collected), sorted(set(deviations) - set(collected))
     for deviation in deviations.values():
         assert len(deviation.reason) > 20, f"{deviation.check}: give the reason, not a label"
+
+
+def test_an_entry_for_some_releases_applies_to_them_alone(tmp_path):
+    """A deviation whose cause changed between releases: one entry below the release, one
+    from it on; the target applies the one its installed vLLM falls in."""
+    entry = (
+        '[[deviation]]\ncheck = "suites/conformance/test_x.py::test_y"\nreason = "{why}"\n'
+        'raises = "{raises}"\nmatch = "m"\nreach = "request"\nreleases = "{releases}"\n'
+    )
+    path = tmp_path / "split.toml"
+    path.write_text(
+        entry.format(why="crash", raises="RuntimeError", releases="<0.34.0")
+        + entry.format(why="rows", raises="AssertionError", releases=">=0.34.0")
+    )
+    check = "suites/conformance/test_x.py::test_y"
+    assert load_deviations(path, "0.33.0")[check].raises == "RuntimeError"
+    assert load_deviations(path, "0.34.0")[check].raises == "AssertionError"
+    assert load_deviations(path, "0.35.1")[check].raises == "AssertionError"
+    assert load_deviations(path, None) == {}
+
+
+@pytest.mark.parametrize(
+    ("ranges", "error"),
+    [
+        (("<0.34.0", ">=0.35.0"), "is listed twice"),
+        (("<0.34.0", None), "is listed twice"),
+        (("~=0.34",), "releases: expected '<X' or '>=X'"),
+    ],
+)
+def test_entries_for_one_check_must_split_at_one_release(tmp_path, ranges, error):
+    text = ""
+    for releases in ranges:
+        text += (
+            '[[deviation]]\ncheck = "suites/conformance/test_x.py::test_y"\nreason = "r"\n'
+            'raises = "ValueError"\nmatch = "m"\nreach = "request"\n'
+        )
+        if releases is not None:
+            text += f'releases = "{releases}"\n'
+    path = tmp_path / "bad.toml"
+    path.write_text(text)
+    with pytest.raises(DeviationFileError, match=error):
+        load_deviations(path, "0.34.0")

@@ -12,14 +12,21 @@ from harness.jobs.deviations import Deviation
 from harness.jobs.findings import FindingRun, Status
 from harness.jobs.releases import (
     BROKEN,
+    FAIL,
     FIXED,
     NOT_APPLICABLE,
+    PASS,
+    PINNED,
     REPRODUCED,
     Cell,
+    Installed,
+    check_matrix,
+    counts_of,
     deviation_matrix,
     read_results,
     release_of,
     render,
+    render_installs,
 )
 
 
@@ -123,3 +130,60 @@ def test_only_unpinned_checks_whose_outcome_differs_are_listed() -> None:
     text = render({}, {}, list(by_release), "nemotron-vl-releases", found)
     assert "| `c::differs` | pass | **fail**: SystemExit: 2 |" in text
     assert "None: every other check" in render({}, {}, list(by_release), "x", {})
+
+
+def test_a_check_split_by_release_takes_each_release_s_entry() -> None:
+    """A deviation whose cause changed between releases is two entries: each column is the
+    status of the entry for that release, never of the other one."""
+    before = Deviation("a::dtype", "crash", "RuntimeError", "m1 and m2", "request", None, "<0.34.0")
+    after = Deviation(
+        "a::dtype", "rows", "AssertionError", "rows came", "request", None, ">=0.34.0"
+    )
+    by_release = {
+        "vLLM 0.33.0": [{"id": "a::dtype", "outcome": "xfail", "actual_cause": "RuntimeError"}],
+        "vLLM 0.34.0": [{"id": "a::dtype", "outcome": "fail", "reason": "other"}],
+    }
+    matrix = deviation_matrix([before, after], by_release)
+    assert matrix["a::dtype"]["vLLM 0.33.0"].status == REPRODUCED
+    assert matrix["a::dtype"]["vLLM 0.34.0"].status == BROKEN
+
+
+def test_every_check_has_a_cell_per_release_and_the_counts_add_up() -> None:
+    by_release = {
+        "vLLM 0.33.0": [
+            {"id": "a::x", "outcome": "pass"},
+            {"id": "a::y", "outcome": "xfail"},
+            {"id": "a::z", "outcome": "skip"},
+        ],
+        "vLLM 0.34.0": [
+            {"id": "a::x", "outcome": "fail"},
+            {"id": "a::y", "outcome": "xpass"},
+            {"id": "a::z", "outcome": "error"},
+        ],
+    }
+    checks = check_matrix(by_release)
+    assert checks == {
+        "a::x": {"vLLM 0.33.0": PASS, "vLLM 0.34.0": FAIL},
+        "a::y": {"vLLM 0.33.0": PINNED, "vLLM 0.34.0": FAIL},
+        "a::z": {"vLLM 0.33.0": NOT_APPLICABLE, "vLLM 0.34.0": FAIL},
+    }
+    table = counts_of(checks, ["vLLM 0.33.0", "vLLM 0.34.0"])
+    assert table[2] == "| vLLM 0.33.0 | 1 | 1 | 0 | 1 |"
+    assert table[3] == "| vLLM 0.34.0 | 0 | 0 | 3 | 0 |"
+
+
+def test_how_a_release_was_installed_is_in_the_report() -> None:
+    installed = [
+        Installed("vLLM 0.34.0", "/e/bin/python", "/e", ("flashinfer-python",), "not served"),
+        Installed("vLLM 0.33.0", "/s/bin/python", "/s", (), ""),
+    ]
+    text = render_installs(installed, {"a::x": {"vLLM 0.34.0": PASS}}, ["vLLM 0.34.0"])
+    assert "vLLM 0.34.0 in `/e`: left out flashinfer-python: not served" in text
+    assert "vLLM 0.33.0 in `/s`: every requirement it names" in text
+
+
+def test_a_release_that_is_not_a_version_stops_before_any_run(tmp_path: Path) -> None:
+    from harness.jobs import releases
+
+    assert releases.main(["0.34.0; rm -rf /", "--out", str(tmp_path)]) == 2
+    assert not (tmp_path / "releases.md").exists()

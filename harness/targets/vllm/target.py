@@ -55,6 +55,8 @@ from harness.targets.vllm import build
 from harness.targets.vllm.files import load_model_files, module_name_for
 from harness.targets.vllm.model import VllmModel
 from harness.targets.vllm.runtime import (
+    adapt_cpu_platform,
+    applied_adaptations,
     import_vllm_module,
     prepare_cpu_environment,
     vllm_version,
@@ -169,7 +171,13 @@ class VllmTarget(Target):
             if found is not None and found.origin:
                 rel = name.replace(".", "/") + ".py"
                 files[rel] = sha256_of(Path(found.origin))
-        return TargetIdentity(name=self.name, version=version, files=files)
+        adapt_cpu_platform()
+        return TargetIdentity(
+            name=self.name,
+            version=version,
+            files=files,
+            adaptations=tuple(applied_adaptations()),
+        )
 
     def runs_on(self, concern: str) -> str:
         return RUNS_ON_BY_CONCERN.get(concern, FUNCTIONS)
@@ -551,4 +559,9 @@ class VllmFileTarget(VllmTarget):
     def identity(self) -> TargetIdentity:
         files = {str(p): sha256_of(p) for p in self.paths}
         version = f"files over installed vLLM {vllm_version() or 'not installed'}"
-        return TargetIdentity(name="vllm-file", version=version, files=files)
+        if vllm_version() is not None:
+            prepare_cpu_environment()
+            adapt_cpu_platform()
+        return TargetIdentity(
+            name="vllm-file", version=version, files=files, adaptations=tuple(applied_adaptations())
+        )
