@@ -84,6 +84,18 @@ def release_numbers(version: str) -> tuple[int, ...]:
     return tuple(int(m) for m in re.findall(r"\d+", re.split(r"[a-z+]", version)[0])[:3])
 
 
+#: A fixture entry's releases: below a release (``<0.34.0``), or from it on (``>=0.34.0``).
+RELEASE_RANGE = re.compile(r"^(<|>=)\d+(\.\d+)*$")
+
+
+def in_range(release: str, releases: str | None) -> bool:
+    """Whether ``release`` falls in an entry's :data:`RELEASE_RANGE` (None: every release)."""
+    if releases is None:
+        return True
+    below = release_numbers(release) < release_numbers(releases.lstrip("<>="))
+    return below if releases.startswith("<") else not below
+
+
 def check_version(version: str) -> str:
     """``version`` when it names a release; :class:`ReleaseError` naming it otherwise."""
     if not VERSION.match(version):
@@ -219,3 +231,51 @@ def install(
 
 def stamp(env: Path, release: str, override: Override, extras: str) -> None:
     (env / STAMP).write_text(stamp_of(release, override, extras) + "\n")
+
+
+def newest_listed(pip_index_output: str) -> str:
+    """The newest release in ``pip index versions vllm``'s answer (its first line,
+    ``vllm (0.34.0)``); :class:`ReleaseError` when the answer is not that."""
+    first = pip_index_output.strip().splitlines()[0] if pip_index_output.strip() else ""
+    found = re.fullmatch(r"vllm \(([^)]+)\)", first.strip())
+    if found is None or not VERSION.match(found.group(1)):
+        raise ReleaseError(f"pip index versions vllm: expected 'vllm (X.Y.Z)', got {first!r}")
+    return found.group(1)
+
+
+def newer_than_matrix(newest: str, releases: Releases) -> bool:
+    """Whether ``newest`` is past every release the matrix knows (the default and those with
+    an entry)."""
+    known = [releases.default, *releases.overrides]
+    return release_numbers(newest) > max(release_numbers(r) for r in known)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``nemotron-vl-newest-release newer``: the newest vLLM on the package index
+    when it is newer than the matrix's releases (printed), else nothing; exit 2 when the index
+    cannot be asked. What the scheduled release workflow runs the matrix on."""
+    import subprocess
+    import sys
+
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args != ["newer"]:
+        print("usage: nemotron-vl-newest-release newer", file=sys.stderr)
+        return 2
+    asked = subprocess.run(
+        [sys.executable, "-m", "pip", "index", "versions", "vllm"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    try:
+        newest = newest_listed(asked.stdout)
+    except ReleaseError as e:
+        print(f"nemotron-vl-newest-release: {e} ({asked.stderr.strip()[-300:]})", file=sys.stderr)
+        return 2
+    if newer_than_matrix(newest, load_releases()):
+        print(newest)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING
 
 from harness import ROOT
 from harness.problems import Problems
-from harness.release_environments import installed_release, release_numbers
+from harness.release_environments import RELEASE_RANGE, in_range, installed_release
 from harness.toml_tables import string_tables
 
 if TYPE_CHECKING:
@@ -78,11 +78,7 @@ class Deviation:
         entries for every release apply)."""
         if self.releases is None:
             return True
-        if release is None:
-            return False
-        bound = release_numbers(self.releases.lstrip("<>="))
-        below = release_numbers(release) < bound
-        return below if self.releases.startswith("<") else not below
+        return release is not None and in_range(release, self.releases)
 
     @property
     def types(self) -> frozenset[str]:
@@ -172,8 +168,6 @@ def deviations_path(name: str) -> Path:
     return DEVIATIONS_DIR / f"{name}.toml"
 
 
-#: A release range of an entry: below a release, or from it on.
-RELEASE_RANGE = re.compile(r"^(<|>=)\d+(\.\d+)*$")
 _INSTALLED = "installed"
 
 

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import ROOT
+from harness.release_environments import RELEASE_RANGE, in_range, installed_release
 from harness.toml_tables import string_tables
 
 UNREACHED_FILE = ROOT / "fixtures" / "unreached.toml"
@@ -68,13 +69,30 @@ class Explanation:
     why: str
 
 
-def load_explanations(path: Path = UNREACHED_FILE) -> list[Explanation]:
-    """The entries of ``path``; every malformed one raises :class:`UnreachedFileError`."""
+_INSTALLED = "installed"
+
+
+def load_explanations(
+    path: Path = UNREACHED_FILE, release: str | None = _INSTALLED
+) -> list[Explanation]:
+    """The entries of ``path`` for vLLM ``release`` (by default the installed one; None: every
+    entry): line numbers are a release's files', so an entry says which releases it is for
+    (``releases = "<0.34.0"``, as a known deviation does; none: every release). Every
+    malformed entry raises :class:`UnreachedFileError`."""
     if not path.is_file():
         return []
+    if release == _INSTALLED:
+        release = installed_release()
     entries = []
     keys = frozenset({"function", "lines", "reason", "why"})
-    for where, entry in string_tables(path, "unreached", keys, UnreachedFileError):
+    tables = string_tables(path, "unreached", keys, UnreachedFileError, frozenset({"releases"}))
+    for where, entry in tables:
+        releases = entry.get("releases")
+        if releases is not None and not RELEASE_RANGE.match(releases):
+            raise UnreachedFileError(
+                f"{where}: releases: expected '<X' or '>=X' with X a vLLM version such as "
+                f"0.34.0, got {releases!r}"
+            )
         if ":" not in entry["function"]:
             raise UnreachedFileError(
                 f"{where}: function: expected 'FILE:Qualified.name', got {entry['function']!r}"
@@ -83,14 +101,14 @@ def load_explanations(path: Path = UNREACHED_FILE) -> list[Explanation]:
             raise UnreachedFileError(
                 f"{where}: reason: expected one of {sorted(REASONS)}, got {entry['reason']!r}"
             )
-        entries.append(
-            Explanation(
-                entry["function"],
-                parse_lines(entry["lines"], where),
-                entry["reason"],
-                entry["why"].strip(),
-            )
+        explanation = Explanation(
+            entry["function"],
+            parse_lines(entry["lines"], where),
+            entry["reason"],
+            entry["why"].strip(),
         )
+        if release is None or in_range(release, releases):
+            entries.append(explanation)
     return entries
 
 

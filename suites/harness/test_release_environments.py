@@ -18,6 +18,8 @@ from harness.release_environments import (
     environment_of,
     install,
     load_releases,
+    newer_than_matrix,
+    newest_listed,
     release_numbers,
     requirements_of,
     wheel_metadata,
@@ -162,3 +164,20 @@ def test_the_install_downloads_the_wheel_then_installs_its_requirements_then_it(
     assert commands[0][4:7] == ["--quiet", "--no-deps", "vllm==0.34.0"]
     assert "--no-deps" in commands[2]
     assert commands[2][-1].endswith(".whl")
+
+
+def test_the_newest_release_on_the_index_is_read_from_pip_s_answer() -> None:
+    answer = "vllm (0.34.0)\nAvailable versions: 0.34.0, 0.33.0, 0.32.0\n"
+    assert newest_listed(answer) == "0.34.0"
+    with pytest.raises(ReleaseError, match=r"expected 'vllm \(X\.Y\.Z\)', got ''"):
+        newest_listed("")
+    with pytest.raises(ReleaseError, match="got 'ERROR: No matching distribution'"):
+        newest_listed("ERROR: No matching distribution\n")
+
+
+def test_a_release_is_new_when_past_every_release_the_matrix_knows() -> None:
+    releases = load_releases(OVERRIDES)
+    known = max([releases.default, *releases.overrides], key=release_numbers)
+    assert not newer_than_matrix(known, releases)
+    assert newer_than_matrix("99.0.0", releases)
+    assert not newer_than_matrix("0.1.0", releases)

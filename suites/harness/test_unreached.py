@@ -74,10 +74,13 @@ def test_a_malformed_file_is_named(tmp_path: Path, text: str, message: str):
 
 @needs_vllm
 def test_the_committed_entries_name_lines_of_functions_in_the_scope():
-    """Every entry names a function of the score's scope (found in the installed files by their
-    syntax tree) and lines inside its body, for a reason of REASONS."""
+    """Every entry for the installed release names a function of the score's scope (found in
+    the installed files by their syntax tree) and lines inside its body, for a reason of
+    REASONS. Entries for other releases are those releases' (their line numbers are their
+    files'): the installed release may have none yet, and the reach report then shows its
+    unreached lines unexplained."""
+    assert load_explanations(UNREACHED_FILE, None), f"{UNREACHED_FILE} has no entries"
     entries = load_explanations(UNREACHED_FILE)
-    assert entries, f"{UNREACHED_FILE} has no entries"
     functions = {f.name: f for f in functions_in_scope()}
     for entry in entries:
         assert entry.function in functions, f"{entry.function}: not a function of the scope"
@@ -88,3 +91,22 @@ def test_the_committed_entries_name_lines_of_functions_in_the_scope():
         assert not outside, f"{entry.function}: lines {outside} outside its body"
         assert entry.reason in REASONS
         assert entry.why, f"{entry.function}: no why"
+
+
+def test_an_entry_applies_to_the_releases_it_names(tmp_path):
+    path = tmp_path / "unreached.toml"
+    path.write_text(
+        '[[unreached]]\nfunction = "f.py:g"\nlines = "3"\nreason = "dead"\nwhy = "w"\n'
+        'releases = "<0.34.0"\n'
+        '[[unreached]]\nfunction = "f.py:g"\nlines = "5"\nreason = "dead"\nwhy = "w"\n'
+        'releases = ">=0.34.0"\n'
+    )
+    assert [sorted(e.lines) for e in load_explanations(path, "0.33.0")] == [[3]]
+    assert [sorted(e.lines) for e in load_explanations(path, "0.34.0")] == [[5]]
+    assert len(load_explanations(path, None)) == 2
+    path.write_text(
+        '[[unreached]]\nfunction = "f.py:g"\nlines = "3"\nreason = "dead"\nwhy = "w"\n'
+        'releases = "0.34"\n'
+    )
+    with pytest.raises(UnreachedFileError, match="releases: expected '<X' or '>=X'"):
+        load_explanations(path, None)

@@ -10,6 +10,7 @@ noxfile defines, or the gate with options it accepts), the reusable gate is call
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 import shutil
@@ -226,6 +227,31 @@ def test_the_flake_hunt_runs_on_a_schedule_on_every_target():
             assert words[words.index("--target") + 1] == "$TARGET"
             hunts.append(command)
     assert len(hunts) == 1
+
+
+def test_a_new_release_is_noticed_on_a_schedule_and_fails_no_pull_request():
+    """The release workflow never runs on a pull request; it asks for the newest release and
+    runs the matrix (with options the command takes) on it beside the default one, its report
+    the job's summary and an artifact."""
+    workflow = load("releases.yml")
+    assert set(workflow["on"]) == {"schedule", "workflow_dispatch"}
+    job = workflow["jobs"]["newest-release"]
+    help_text = command_help("harness.jobs.releases")
+    matrices = []
+    for _, command in run_commands(workflow):
+        if command.startswith("nox "):
+            words = shlex.split(command)
+            assert words[:4] == ["nox", "-s", "releases", "--"], command
+            assert "releases" in nox_sessions()
+            assert words[4:6] == ["$NEWER", "$DEFAULT"], command
+            for option in (w for w in words[6:] if w.startswith("--")):
+                assert option in help_text, f"{command} passes {option}, not an option"
+            matrices.append(command)
+    assert len(matrices) == 1
+    assert "nemotron-vl-newest-release newer" in json.dumps(job["steps"])
+    uploads = [s for s in job["steps"] if str(s.get("uses", "")).startswith("actions/upload")]
+    assert uploads
+    assert uploads[0]["with"]["path"] == "reports/releases/"
 
 
 PINNED = re.compile(r"^\s*(?:- )?uses: [\w.-]+/[\w./-]+@[0-9a-f]{40}  # v[0-9.]+$")
