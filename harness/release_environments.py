@@ -250,31 +250,51 @@ def newer_than_matrix(newest: str, releases: Releases) -> bool:
     return release_numbers(newest) > max(release_numbers(r) for r in known)
 
 
+USAGE = "usage: nemotron-vl-release newer | nemotron-vl-release install VERSION"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """``nemotron-vl-newest-release newer``: the newest vLLM on the package index
-    when it is newer than the matrix's releases (printed), else nothing; exit 2 when the index
-    cannot be asked. What the scheduled release workflow runs the matrix on."""
+    """``nemotron-vl-release newer``: the newest vLLM on the package index when it is newer
+    than the matrix's releases (printed), else nothing; what the scheduled release workflow
+    runs the matrix on. ``nemotron-vl-release install VERSION``: that release and the harness
+    installed into this Python's environment as the harness installs them (its requirements
+    with the documented omissions, then its wheel); what the gate's workflow installs the
+    release it runs over with. Exit 2 when the index cannot be asked or the release named,
+    read or installed."""
     import subprocess
     import sys
 
     args = list(sys.argv[1:] if argv is None else argv)
-    if args != ["newer"]:
-        print("usage: nemotron-vl-newest-release newer", file=sys.stderr)
-        return 2
-    asked = subprocess.run(
-        [sys.executable, "-m", "pip", "index", "versions", "vllm"],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    try:
-        newest = newest_listed(asked.stdout)
-    except ReleaseError as e:
-        print(f"nemotron-vl-newest-release: {e} ({asked.stderr.strip()[-300:]})", file=sys.stderr)
-        return 2
-    if newer_than_matrix(newest, load_releases()):
-        print(newest)
-    return 0
+    if args == ["newer"]:
+        asked = subprocess.run(
+            [sys.executable, "-m", "pip", "index", "versions", "vllm"],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        try:
+            newest = newest_listed(asked.stdout)
+        except ReleaseError as e:
+            print(f"nemotron-vl-release: {e} ({asked.stderr.strip()[-300:]})", file=sys.stderr)
+            return 2
+        if newer_than_matrix(newest, load_releases()):
+            print(newest)
+        return 0
+    if len(args) == 2 and args[0] == "install":
+
+        def run(command: Sequence[str]) -> None:
+            if subprocess.run(list(command), check=False).returncode != 0:
+                raise ReleaseError(f"vLLM {args[1]}: {' '.join(command[:5])} ... failed")
+
+        try:
+            release = check_version(args[1])
+            install(Path(sys.executable), release, load_releases().override(release), run)
+        except ReleaseError as e:
+            print(f"nemotron-vl-release: {e}", file=sys.stderr)
+            return 2
+        return 0
+    print(USAGE, file=sys.stderr)
+    return 2
 
 
 if __name__ == "__main__":

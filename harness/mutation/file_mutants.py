@@ -581,9 +581,9 @@ DELTA: dict[str, Mutation] = {
         ),
         _shift(
             "vision-first-row-scaled",
-            "the first row of the first tile (or frame) of each call scaled by 1.1",
+            "the first row of the first tile (or frame) of each call scaled by 1.05",
             _VISION_ROWS,
-            "vit_embeds[:1, :1] *= 1.1",
+            "vit_embeds[:1, :1] *= 1.05",
             MODEL_FILE,
         ),
     )

@@ -248,7 +248,7 @@ def test_a_new_release_is_noticed_on_a_schedule_and_fails_no_pull_request():
                 assert option in help_text, f"{command} passes {option}, not an option"
             matrices.append(command)
     assert len(matrices) == 1
-    assert "nemotron-vl-newest-release newer" in json.dumps(job["steps"])
+    assert "nemotron-vl-release newer" in json.dumps(job["steps"])
     uploads = [s for s in job["steps"] if str(s.get("uses", "")).startswith("actions/upload")]
     assert uploads
     assert uploads[0]["with"]["path"] == "reports/releases/"
