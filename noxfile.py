@@ -18,8 +18,9 @@
     nox -s gpu           every GPU check in the shared environment, with vLLM (GPU machines)
 
 Sessions that need torch and vLLM share one environment, ``.nox/shared``, built once and reused:
-it is reinstalled only when ``pyproject.toml`` or the release it holds changes (``fixtures/release_overrides.toml``; the vLLM install is several GB and takes
-minutes; it must not be repeated per session or per run).
+it is reinstalled only when ``pyproject.toml`` or the release it holds changes
+(``fixtures/release_overrides.toml``; the vLLM install is several GB and takes minutes; it must
+not be repeated per session or per run).
 """
 
 from __future__ import annotations
