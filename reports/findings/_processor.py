@@ -240,11 +240,42 @@ def processor(folder: Path) -> Any:
 _RUNTIME: list[object] = []
 
 
+def _lift_triton_cpu_refusal() -> None:
+    """vLLM 0.34.0's CPU platform refuses every config on an x86 CPU without Triton's CPU
+    backend ("vLLM on x86 CPUs requires Triton (triton-cpu)."), a guard for its x86 model
+    runner, which no reproduction here starts. Where the installed release has that refusal
+    and this machine meets it, its config check runs with Triton reported present for that
+    call alone; elsewhere (a GPU, an earlier release) nothing changes. Said on stderr."""
+    import inspect
+
+    from vllm import triton_utils
+    from vllm.platforms import cpu
+
+    check = cpu.CpuPlatform.check_and_update_config.__func__
+    if "requires Triton (triton-cpu)" not in inspect.getsource(check) or triton_utils.HAS_TRITON:
+        return
+
+    def without_refusal(cls: type, vllm_config: Any) -> None:
+        saved = triton_utils.HAS_TRITON
+        triton_utils.HAS_TRITON = True
+        try:
+            check(cls, vllm_config)
+        finally:
+            triton_utils.HAS_TRITON = saved
+
+    cpu.CpuPlatform.check_and_update_config = classmethod(without_refusal)
+    print(
+        "(vLLM's refusal of x86 CPUs without triton-cpu lifted for its config check)",
+        file=sys.stderr,
+    )
+
+
 def _init_cpu_runtime() -> None:
     """Once per process: a current ``VllmConfig``, a one-process gloo group and model-parallel
     groups, which vLLM's parallel layers look up when they are built."""
     if _RUNTIME:
         return
+    _lift_triton_cpu_refusal()
     from vllm.config import VllmConfig, set_current_vllm_config
     from vllm.distributed import init_distributed_environment, initialize_model_parallel
 
