@@ -5,6 +5,7 @@ values are written by hand from wheel METADATA as the packaging specification la
 from __future__ import annotations
 
 import zipfile
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -146,7 +147,7 @@ def test_the_install_downloads_the_wheel_then_installs_its_requirements_then_it(
     wheel pip would download."""
     commands: list[list[str]] = []
 
-    def run(command: list[str]) -> None:
+    def run(command: Sequence[str]) -> None:
         commands.append(list(command))
         if command[3] == "download":
             folder = Path(command[command.index("-d") + 1])
@@ -158,7 +159,7 @@ def test_the_install_downloads_the_wheel_then_installs_its_requirements_then_it(
             assert "torch==2.14.0" in listed
 
     override = Override("0.34.0", ("flashinfer-python",), "not served")
-    install(tmp_path / "python", "0.34.0", override, run)  # type: ignore[arg-type]
+    install(tmp_path / "python", "0.34.0", override, run)
     steps = [c[3] for c in commands]
     assert steps == ["download", "install", "install"]
     assert commands[0][4:7] == ["--quiet", "--no-deps", "vllm==0.34.0"]
